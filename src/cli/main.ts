@@ -1,0 +1,109 @@
+import { ConnectError } from "@connectrpc/connect";
+import { describeFailure, UsageError, type CliIo } from "./command.js";
+import { clientHelp, groupUsage, type CommandGroup } from "./command-group.js";
+import { healthCommand } from "./health-command.js";
+import { hiveCommands } from "./hive-commands.js";
+import { lanesCommands } from "./lanes-commands.js";
+import { serveCommand } from "./serve.js";
+import { lanewayVersion } from "./version.js";
+
+/**
+ * The `laneway` command. Client commands call the server through the
+ * generated client; `serve` runs the server.
+ *
+ * Exit codes: 0 success; 1 the call or the server failed; 2 usage or
+ * configuration error.
+ */
+
+const groups: readonly CommandGroup[] = [lanesCommands, hiveCommands];
+
+const usage = `laneway ${"<command>"}
+
+  laneway serve [--listen HOST:PORT] [--data-dir DIR] [--nats-url URL] [--nats-credentials-env NAME]
+                [--replicas N] [--lanes-config FILE] [--demo] [--shutdown-timeout D] [--nats-server-bin PATH]
+  laneway version
+  laneway health [service]
+${groups.map((g) => `  laneway ${g.name} <command>   ${g.summary}`).join("\n")}
+
+Run 'laneway <group> --help' for a group's commands.
+
+${clientHelp}
+`;
+
+export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
+  const [command, ...rest] = argv;
+  try {
+    switch (command) {
+      case undefined:
+      case "help":
+      case "--help":
+      case "-h":
+        io.stdout(usage);
+        return command === undefined ? 2 : 0;
+      case "version":
+      case "--version":
+        io.stdout(`laneway ${lanewayVersion()}\n`);
+        return 0;
+      case "serve":
+        return await serveCommand(rest, io);
+      case "health":
+        await healthCommand(rest, io);
+        return 0;
+    }
+    const group = groups.find((g) => g.name === command);
+    if (!group) {
+      io.stderr(`laneway: unknown command '${command}'\n\n${usage}`);
+      return 2;
+    }
+    const [name, ...args] = rest;
+    if (name === undefined || name === "--help" || name === "-h" || name === "help") {
+      io.stdout(groupUsage(group));
+      return name === undefined ? 2 : 0;
+    }
+    const spec = group.commands.find((c) => c.name === name);
+    if (!spec) {
+      io.stderr(`laneway: unknown command '${group.name} ${name}'\n\n${groupUsage(group)}`);
+      return 2;
+    }
+    if (args.includes("--help") || args.includes("-h")) {
+      io.stdout(`usage: laneway ${group.name} ${spec.usage}\n  ${spec.summary}\n\n${clientHelp}\n`);
+      return 0;
+    }
+    await spec.run(args, io);
+    return 0;
+  } catch (error) {
+    if (error instanceof UsageError) {
+      io.stderr(`laneway: ${error.message}\n`);
+      return 2;
+    }
+    if (error instanceof ConnectError) {
+      io.stderr(`laneway: ${describeFailure(error)}\n`);
+      return 1;
+    }
+    throw error;
+  }
+}
+
+/** Runs the CLI as the process's program. */
+async function main(): Promise<void> {
+  const controller = new AbortController();
+  const argv = process.argv.slice(2);
+  if (argv[0] !== "serve") {
+    process.once("SIGINT", () => controller.abort());
+    process.once("SIGTERM", () => controller.abort());
+  }
+  const io: CliIo = {
+    env: process.env,
+    stdout: (t) => process.stdout.write(t),
+    stderr: (t) => process.stderr.write(t),
+    signal: controller.signal,
+  };
+  const code = await runCli(argv, io);
+  process.exitCode = code;
+  // Long-lived handles (signal listeners) must not keep a finished command alive.
+  setImmediate(() => process.exit(code));
+}
+
+if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("/src/cli/main.ts")) {
+  await main();
+}

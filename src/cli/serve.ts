@@ -1,0 +1,65 @@
+import { ConfigError, loadStartupConfig } from "../config/index.js";
+import { createLogger, safeErrorFields } from "../log/logger.js";
+import { EmbeddedServerError } from "../nats/errors.js";
+import { LanewayServer } from "../server/laneway-server.js";
+import type { CliIo } from "./command.js";
+import { lanewayVersion } from "./version.js";
+
+/**
+ * `laneway serve`: start the server and run until SIGTERM or SIGINT.
+ *
+ * Exit codes: 0 after a clean shutdown (every in-flight call finished, NATS
+ * closed, the embedded nats-server stopped); 1 when shutdown had to cancel
+ * calls or a step failed, or when startup failed; 2 for configuration errors.
+ * Diagnostics never print raw backend errors, broker addresses or secrets.
+ */
+export async function serveCommand(args: readonly string[], io: CliIo): Promise<number> {
+  const log = createLogger();
+  let startup;
+  try {
+    startup = await loadStartupConfig(args, io.env);
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      io.stderr(`laneway: ${error.message}\n`);
+      return 2;
+    }
+    throw error;
+  }
+  let server: LanewayServer;
+  try {
+    server = await LanewayServer.start({ startup, logger: log });
+  } catch (error) {
+    if (error instanceof EmbeddedServerError) {
+      io.stderr(`laneway: ${error.message}\n`);
+      return 1;
+    }
+    log.error("startup failed", safeErrorFields(error));
+    io.stderr("laneway: startup failed (see the log line above)\n");
+    return 1;
+  }
+
+  const { server: settings, lanes, demo } = startup;
+  const lines = [
+    `laneway ${lanewayVersion()} listening on ${server.url}`,
+    `  data directory: ${settings.dataDir}`,
+    `  NATS: ${settings.natsServers ? "external server" : "embedded nats-server (JetStream store in the data directory)"}`,
+    `  lanes: ${lanes ? `namespace ${lanes.namespace}, ${lanes.lanes.length} lane(s), ${lanes.principals.length} project(s)` : "off (no --lanes-config)"}`,
+    `  operator RPCs: ${settings.adminToken ? "enabled (LANEWAY_ADMIN_TOKEN)" : "disabled (LANEWAY_ADMIN_TOKEN is not set)"}`,
+  ];
+  if (demo) {
+    lines.push(`  demo tokens: ${demo.tokensPath} (load them with: set -a; . ${demo.tokensPath}; set +a)`);
+    if (demo.repairedTokensMode) lines.push("  warning: the demo tokens file was readable by other users; its mode is now 0600");
+  }
+  io.stdout(lines.join("\n") + "\n");
+  log.info("laneway serving", { url: server.url, version: lanewayVersion() });
+
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    process.once("SIGTERM", () => resolve("SIGTERM"));
+    process.once("SIGINT", () => resolve("SIGINT"));
+  });
+  log.info("shutting down", { signal });
+  const report = await server.close();
+  for (const step of report.steps) if (!step.ok) log.error("shutdown step did not complete", { step: step.step });
+  log.info("stopped", { clean: report.ok });
+  return report.ok ? 0 : 1;
+}

@@ -1,0 +1,203 @@
+/**
+ * First-start demo files for `npm start` (`laneway serve --demo`).
+ *
+ * The demo makes lanes work out of the box without weakening anything the
+ * real configuration path checks: it writes an ordinary lanes.json (the
+ * specification's example lane, using the embedded nats-server) and an
+ * ordinary tokens.env holding freshly generated tokens, and then the normal
+ * loaders validate both. Nothing is relaxed for demo mode.
+ *
+ * Files, under the data directory:
+ * - `lanes.json` — namespace `demo`, projects atlas and beacon, lane
+ *   `measurements`. Holds no secrets; created once, then left alone (edit
+ *   it freely; the loader validates it on every start).
+ * - `tokens.env` — `ATLAS_LANE_TOKEN`, `BEACON_LANE_TOKEN` and
+ *   `LANEWAY_ADMIN_TOKEN`, each 32 random bytes as 64 hex characters, mode
+ *   0600, sourceable with `set -a; . .laneway/tokens.env`.
+ *
+ * Reuse policy for an existing tokens.env (the brief left this open):
+ * - a symlink or non-regular file is refused (it could point anywhere);
+ * - a file owned by another user is refused (its contents are not ours to
+ *   trust, and we could not repair its mode);
+ * - a file whose mode grants group/other access is repaired to 0600 and
+ *   reported through `repairedTokensMode`, so the server can warn that the
+ *   tokens may have been read and should be rotated (delete the file).
+ *   Refusing to start would not undo an exposure that already happened,
+ *   and a demo that stops working because of a `chmod` is worse than one
+ *   that fixes it and says so;
+ * - a file that lacks one of the three variables is refused with a hint
+ *   to delete it, rather than being rewritten under the user.
+ *
+ * Files are created atomically and exclusively (written to a private
+ * temporary file, then hard-linked into place), so two servers starting
+ * at once agree on one set of tokens and never see a half-written file.
+ */
+import { randomBytes } from "node:crypto";
+import { chmod, link, lstat, mkdir, open, unlink } from "node:fs/promises";
+import { join, resolve } from "node:path";
+import { ADMIN_TOKEN_ENV } from "./lanes-config.js";
+import { formatEnvFile, readEnvFile } from "./env-file.js";
+import { DemoSetupError, EnvFileError } from "./errors.js";
+
+export const DEMO_LANES_FILE = "lanes.json";
+export const DEMO_TOKENS_FILE = "tokens.env";
+
+/** The specification's example lane, without a `url`, so the embedded server is used. */
+export const DEMO_LANES_CONFIG = Object.freeze({
+  namespace: "demo",
+  principals: [
+    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
+    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
+  ],
+  lanes: [
+    {
+      id: "measurements",
+      owner: "atlas",
+      publishers: ["atlas", "beacon"],
+      subscribers: ["atlas", "beacon"],
+      groups: { summarizers: ["beacon"] },
+      recoverers: { summarizers: ["beacon"] },
+    },
+  ],
+});
+
+/** The variables tokens.env must define, in the order they are written. */
+export const DEMO_TOKEN_VARIABLES = Object.freeze(["ATLAS_LANE_TOKEN", "BEACON_LANE_TOKEN", ADMIN_TOKEN_ENV] as const);
+
+export interface DemoSetup {
+  /** Absolute data directory. */
+  readonly dataDir: string;
+  /** `<dataDir>/lanes.json`; use it as the lanes config path when none was given. */
+  readonly lanesConfigPath: string;
+  /** `<dataDir>/tokens.env`. */
+  readonly tokensPath: string;
+  /**
+   * Every variable in tokens.env. Merge it *under* the process environment
+   * (`{ ...demo.env, ...process.env }`) so explicitly exported variables win,
+   * and pass the result to the loaders; process.env itself is not touched.
+   */
+  readonly env: Readonly<Record<string, string>>;
+  /** Which files this call created (false = reused). */
+  readonly created: { readonly lanesConfig: boolean; readonly tokens: boolean };
+  /** tokens.env was accessible to group/other and has been reset to 0600; its tokens may have leaked. */
+  readonly repairedTokensMode: boolean;
+}
+
+/** Create the demo files on first start; reuse (and check) them afterwards. */
+export async function ensureDemoSetup(dataDir: string): Promise<DemoSetup> {
+  const dir = resolve(dataDir);
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+  } catch (error) {
+    throw new DemoSetupError(`demo: cannot create the data directory (${code(error)})`);
+  }
+  const lanesConfigPath = join(dir, DEMO_LANES_FILE);
+  const tokensPath = join(dir, DEMO_TOKENS_FILE);
+
+  const lanesCreated =
+    !(await exists(lanesConfigPath)) &&
+    (await createExclusive(lanesConfigPath, `${JSON.stringify(DEMO_LANES_CONFIG, null, 2)}\n`, 0o644));
+
+  let tokensCreated = false;
+  if (!(await exists(tokensPath))) {
+    const tokens: Record<string, string> = {};
+    for (const name of DEMO_TOKEN_VARIABLES) tokens[name] = randomBytes(32).toString("hex");
+    tokensCreated = await createExclusive(tokensPath, formatEnvFile(tokens), 0o600);
+  }
+
+  const repairedTokensMode = tokensCreated ? false : await checkTokensFile(tokensPath);
+  let env: Readonly<Record<string, string>>;
+  try {
+    env = await readEnvFile(tokensPath);
+  } catch (error) {
+    if (error instanceof EnvFileError) throw new DemoSetupError(`demo: ${DEMO_TOKENS_FILE}: ${error.message}`);
+    throw error;
+  }
+  for (const name of DEMO_TOKEN_VARIABLES) {
+    if (!Object.hasOwn(env, name) || env[name] === "") {
+      throw new DemoSetupError(
+        `demo: ${DEMO_TOKENS_FILE} does not define ${name}; delete ${tokensPath} to generate new demo tokens`,
+      );
+    }
+  }
+  return Object.freeze({
+    dataDir: dir,
+    lanesConfigPath,
+    tokensPath,
+    env,
+    created: Object.freeze({ lanesConfig: lanesCreated, tokens: tokensCreated }),
+    repairedTokensMode,
+  });
+}
+
+/**
+ * Write `content` to `path` only if nothing is there yet, atomically.
+ * @returns true if this call created the file, false if it already existed
+ */
+async function createExclusive(path: string, content: string, mode: number): Promise<boolean> {
+  const temp = `${path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
+  try {
+    const handle = await open(temp, "wx", mode);
+    try {
+      await handle.chmod(mode); // the umask may have removed bits; set exactly
+      await handle.writeFile(content, "utf8");
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    try {
+      await link(temp, path);
+      return true;
+    } catch (error) {
+      if (code(error) === "EEXIST") return false;
+      throw error;
+    }
+  } catch (error) {
+    if (error instanceof DemoSetupError) throw error;
+    throw new DemoSetupError(`demo: cannot create ${path} (${code(error)})`);
+  } finally {
+    await unlink(temp).catch(() => undefined);
+  }
+}
+
+/**
+ * Check an existing tokens.env before trusting it (see the module comment).
+ * @returns true if its mode had to be repaired
+ */
+async function checkTokensFile(path: string): Promise<boolean> {
+  let stats;
+  try {
+    stats = await lstat(path);
+  } catch (error) {
+    throw new DemoSetupError(`demo: cannot inspect ${path} (${code(error)})`);
+  }
+  if (stats.isSymbolicLink() || !stats.isFile()) {
+    throw new DemoSetupError(`demo: ${path} must be a regular file, not a symlink or other file type`);
+  }
+  const uid = process.getuid?.();
+  if (uid !== undefined && stats.uid !== uid) {
+    throw new DemoSetupError(`demo: ${path} is owned by another user; remove it or fix its owner`);
+  }
+  if ((stats.mode & 0o077) === 0) return false;
+  try {
+    await chmod(path, 0o600);
+  } catch (error) {
+    throw new DemoSetupError(`demo: cannot set mode 0600 on ${path} (${code(error)})`);
+  }
+  return true;
+}
+
+/** Whether anything (even a dangling symlink) occupies `path`. */
+async function exists(path: string): Promise<boolean> {
+  try {
+    await lstat(path);
+    return true;
+  } catch (error) {
+    if (code(error) === "ENOENT") return false;
+    throw new DemoSetupError(`demo: cannot inspect ${path} (${code(error)})`);
+  }
+}
+
+function code(error: unknown): string {
+  return (error as NodeJS.ErrnoException | undefined)?.code ?? "error";
+}

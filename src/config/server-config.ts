@@ -1,0 +1,381 @@
+/**
+ * Settings of `laneway serve`: flags, `LANEWAY_*` variables, defaults.
+ *
+ * Precedence is flag > environment variable > default, per setting. An
+ * empty environment variable counts as unset (`FOO=` usually means
+ * "cleared"); an empty flag value is an error. A repeated flag takes its
+ * last value, as `parseArgs` does.
+ *
+ * Messages name the flag or variable a bad value came from and never echo
+ * the value: it may be a URL with credentials, a path that reveals layout,
+ * or a token typed into the wrong place.
+ *
+ * Decisions the brief left open:
+ * - `--listen` accepts loopback addresses only (127.0.0.0/8, [::1],
+ *   localhost). Laneway serves plain HTTP with bearer tokens, and the lanes
+ *   specification's listener "allows only loopback plain HTTP"; remote
+ *   access goes through a TLS proxy. Port 0 (pick a free port) is allowed.
+ * - `--replicas` above 1 requires `--nats-url`: the embedded nats-server is
+ *   a single node, and JetStream would refuse the streams later anyway.
+ * - `--nats-credentials-env` requires `--nats-url`: the embedded server
+ *   runs without authentication on loopback.
+ * - `--nats-server-bin` is checked (exists, executable) only when the
+ *   embedded server will be started; a bare name is looked up on PATH at
+ *   spawn time and not checked here.
+ * - The operator token comes only from `LANEWAY_ADMIN_TOKEN`; there is no
+ *   flag, because command lines are visible to every user through `ps`.
+ */
+import { accessSync, constants, statSync } from "node:fs";
+import { isIPv4, isIPv6 } from "node:net";
+import { resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { resolveCredentialsFile } from "./credentials-file.js";
+import { formatGoDuration, MINUTE, nanosToMillis, parseGoDuration } from "./duration.js";
+import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "./env-name.js";
+import { ServerConfigError } from "./errors.js";
+import { ADMIN_TOKEN_ENV, LANES_LIMITS } from "./lanes-config.js";
+import { parseNatsServers } from "./nats-url.js";
+import { Secret } from "./secret.js";
+
+export const SERVER_DEFAULTS = Object.freeze({
+  listen: "127.0.0.1:7600",
+  dataDir: ".laneway",
+  replicas: 1,
+  shutdownTimeout: "10s",
+  natsServerBin: "/usr/sbin/nats-server",
+});
+
+const MIN_REPLICAS = 1;
+const MAX_REPLICAS = 5;
+const MAX_SHUTDOWN_TIMEOUT = 10n * MINUTE;
+
+export interface ListenAddress {
+  /** Host without brackets (`127.0.0.1`, `::1`, `localhost`). */
+  readonly host: string;
+  /** 0–65535; 0 asks the OS for a free port. */
+  readonly port: number;
+}
+
+export interface ServerConfig {
+  readonly listen: ListenAddress;
+  /** Absolute data directory (JetStream store of the embedded server, SQLite, demo files). */
+  readonly dataDir: string;
+  /** External NATS servers; `undefined` means start the embedded nats-server. */
+  readonly natsServers: readonly string[] | undefined;
+  /** The variable that named the NATS credentials file, if any. */
+  readonly natsCredentialsEnv: string | undefined;
+  /** Absolute, existing, readable NATS credentials file, if any. */
+  readonly natsCredentialsFile: string | undefined;
+  /** nats-server executable for the embedded server (absolute path, or a bare name looked up on PATH). */
+  readonly natsServerBin: string;
+  /** Replica count of streams and KV buckets. */
+  readonly replicas: number;
+  /** Absolute path of the lanes configuration; `undefined` means lanes are off (unless demo supplies one). */
+  readonly lanesConfigPath: string | undefined;
+  /** Demo mode: create/reuse the demo lanes.json and tokens.env under the data directory. */
+  readonly demo: boolean;
+  /** Grace period for in-flight requests on shutdown, in whole milliseconds. */
+  readonly shutdownTimeoutMs: number;
+  /** The operator token (Kmap command and hive hub RPCs); `undefined` disables those RPCs. */
+  readonly adminToken: Secret | undefined;
+}
+
+export interface ServerConfigOptions {
+  /** Directory relative paths resolve against (default `process.cwd()`). */
+  readonly cwd?: string;
+}
+
+/** Flag name (without `--`) → its variable and parseArgs type. */
+const SETTINGS = {
+  listen: { env: "LANEWAY_LISTEN", type: "string" },
+  "data-dir": { env: "LANEWAY_DATA_DIR", type: "string" },
+  "nats-url": { env: "LANEWAY_NATS_URL", type: "string" },
+  "nats-credentials-env": { env: "LANEWAY_NATS_CREDENTIALS_ENV", type: "string" },
+  replicas: { env: "LANEWAY_REPLICAS", type: "string" },
+  "lanes-config": { env: "LANEWAY_LANES_CONFIG", type: "string" },
+  demo: { env: "LANEWAY_DEMO", type: "boolean" },
+  "shutdown-timeout": { env: "LANEWAY_SHUTDOWN_TIMEOUT", type: "string" },
+  "nats-server-bin": { env: "LANEWAY_NATS_SERVER_BIN", type: "string" },
+} as const;
+
+type SettingName = keyof typeof SETTINGS;
+type StringSetting = { [K in SettingName]: (typeof SETTINGS)[K]["type"] extends "string" ? K : never }[SettingName];
+
+/** A raw setting and where it came from (the flag or the variable), for messages. */
+interface Raw {
+  readonly value: string;
+  readonly source: string;
+}
+
+/**
+ * Resolve the settings of `laneway serve` from `argv` (the arguments after
+ * `serve`) and `env`. Touches the file system only to check the NATS
+ * credentials file and the nats-server binary.
+ */
+export function loadServerConfig(argv: readonly string[], env: Env, options: ServerConfigOptions = {}): ServerConfig {
+  const cwd = options.cwd ?? process.cwd();
+  const flags = parseFlags(argv);
+
+  const pick = (name: StringSetting): Raw | undefined => {
+    const flag = flags[name];
+    if (typeof flag === "string") {
+      if (flag === "") throw new ServerConfigError(`--${name} must not be empty`, `--${name}`);
+      return { value: flag, source: `--${name}` };
+    }
+    const variable = SETTINGS[name].env;
+    const value = envValue(env, variable);
+    return value === undefined ? undefined : { value, source: variable };
+  };
+
+  const listen = parseListen(pick("listen") ?? { value: SERVER_DEFAULTS.listen, source: "--listen" });
+  const dataDir = resolve(cwd, (pick("data-dir") ?? { value: SERVER_DEFAULTS.dataDir }).value);
+
+  const natsUrl = pick("nats-url");
+  let natsServers: readonly string[] | undefined;
+  if (natsUrl !== undefined) {
+    const parsed = parseNatsServers(natsUrl.value);
+    if (!parsed.ok) {
+      const hint = parsed.reason.startsWith("must not contain credentials") ? "; use --nats-credentials-env" : "";
+      throw new ServerConfigError(`${natsUrl.source} ${parsed.reason}${hint}`, natsUrl.source);
+    }
+    natsServers = Object.freeze([...parsed.servers]);
+  }
+
+  const credentialsEnv = pick("nats-credentials-env");
+  let natsCredentialsFile: string | undefined;
+  if (credentialsEnv !== undefined) {
+    if (!isEnvName(credentialsEnv.value)) {
+      throw new ServerConfigError(
+        `${credentialsEnv.source} must be an environment variable name matching ${ENV_NAME_RULE}`,
+        credentialsEnv.source,
+      );
+    }
+    if (natsServers === undefined) {
+      throw new ServerConfigError(
+        `${credentialsEnv.source} requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server uses no credentials`,
+        credentialsEnv.source,
+      );
+    }
+    const resolved = resolveCredentialsFile(credentialsEnv.value, env, cwd);
+    if (!resolved.ok) throw new ServerConfigError(`${credentialsEnv.source}: ${resolved.reason}`, credentialsEnv.source);
+    natsCredentialsFile = resolved.path;
+  }
+
+  const replicasRaw = pick("replicas");
+  const replicas = parseReplicas(replicasRaw);
+  if (replicasRaw !== undefined && replicas > 1 && natsServers === undefined) {
+    throw new ServerConfigError(
+      `${replicasRaw.source} above 1 requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server is a single node`,
+      replicasRaw.source,
+    );
+  }
+
+  const lanesConfig = pick("lanes-config");
+  const lanesConfigPath = lanesConfig === undefined ? undefined : resolve(cwd, lanesConfig.value);
+
+  const demo = flags.demo === true || parseDemoEnv(env);
+  const shutdownTimeoutMs = parseShutdownTimeout(pick("shutdown-timeout"));
+  const natsServerBin = resolveServerBin(
+    pick("nats-server-bin") ?? { value: SERVER_DEFAULTS.natsServerBin, source: "--nats-server-bin" },
+    cwd,
+    natsServers === undefined,
+  );
+  const adminToken = readAdminToken(env);
+
+  return Object.freeze({
+    listen,
+    dataDir,
+    natsServers,
+    natsCredentialsEnv: credentialsEnv?.value,
+    natsCredentialsFile,
+    natsServerBin,
+    replicas,
+    lanesConfigPath,
+    demo,
+    shutdownTimeoutMs,
+    adminToken,
+  });
+}
+
+type Flags = Partial<Record<SettingName, string | boolean>>;
+
+function parseFlags(argv: readonly string[]): Flags {
+  const options: Record<string, { type: "string" | "boolean" }> = {};
+  for (const [name, setting] of Object.entries(SETTINGS)) options[name] = { type: setting.type };
+  try {
+    const { values } = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false });
+    return values as Flags;
+  } catch {
+    // parseArgs messages quote the offending argument, which may be a
+    // secret or a URL; explain the problem without it.
+    throw new ServerConfigError(diagnoseArgs(argv));
+  }
+}
+
+/** A message for an argument list parseArgs rejected, quoting flag names only, never values. */
+function diagnoseArgs(argv: readonly string[]): string {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] as string;
+    if (arg === "--") return "laneway serve takes no positional arguments (found some after --)";
+    if (arg.startsWith("--")) {
+      const eq = arg.indexOf("=");
+      const name = arg.slice(2, eq === -1 ? undefined : eq);
+      if (!Object.hasOwn(SETTINGS, name)) {
+        if (/token|secret|password/i.test(name)) {
+          return `unknown flag --${clipName(name)}: the operator token is read only from the ${ADMIN_TOKEN_ENV} environment variable (command lines are visible in ps)`;
+        }
+        return `unknown flag --${clipName(name)}`;
+      }
+      if (SETTINGS[name as SettingName].type === "boolean") {
+        if (eq !== -1) return `--${name} takes no value (use --${name}, or ${SETTINGS[name as SettingName].env}=1)`;
+        continue;
+      }
+      if (eq === -1) {
+        const next = argv[i + 1];
+        if (next === undefined) return `--${name} needs a value`;
+        if (next.startsWith("-")) return `--${name} needs a value (write --${name}=VALUE for a value starting with "-")`;
+        i++;
+      }
+      continue;
+    }
+    if (arg.startsWith("-") && arg.length > 1) return `unknown flag -${clipName(arg.slice(1, 2))} (laneway serve has long flags only)`;
+    return `unexpected argument at position ${i + 1}: laneway serve takes flags only`;
+  }
+  return "invalid arguments for laneway serve";
+}
+
+function clipName(name: string): string {
+  return name.length <= 40 ? name : `${name.slice(0, 40)}…`;
+}
+
+function parseListen(raw: Raw): ListenAddress {
+  const { value, source } = raw;
+  const shape = `${source} must be host:port, such as 127.0.0.1:7600 or [::1]:7600`;
+  let host: string;
+  let portText: string;
+  if (value.startsWith("[")) {
+    const close = value.indexOf("]");
+    if (close === -1 || value[close + 1] !== ":") throw new ServerConfigError(shape, source);
+    host = value.slice(1, close);
+    portText = value.slice(close + 2);
+    if (!isIPv6(host)) throw new ServerConfigError(shape, source);
+  } else {
+    const colon = value.lastIndexOf(":");
+    if (colon <= 0) throw new ServerConfigError(shape, source);
+    host = value.slice(0, colon);
+    portText = value.slice(colon + 1);
+    if (host.includes(":")) throw new ServerConfigError(`${shape} (bracket IPv6 addresses)`, source);
+    if (!isIPv4(host) && !/^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*$/.test(host)) {
+      throw new ServerConfigError(shape, source);
+    }
+  }
+  if (!/^[0-9]{1,5}$/.test(portText) || Number(portText) > 65_535) {
+    throw new ServerConfigError(`${source} port must be a number from 0 to 65535`, source);
+  }
+  const loopback =
+    host.toLowerCase() === "localhost" ||
+    (isIPv4(host) && host.startsWith("127.")) ||
+    (isIPv6(host) && isIPv6Loopback(host));
+  if (!loopback) {
+    throw new ServerConfigError(
+      `${source} must be a loopback address (127.0.0.0/8, [::1] or localhost): Laneway serves plain HTTP; put a TLS proxy in front of it for remote access`,
+      source,
+    );
+  }
+  return Object.freeze({ host, port: Number(portText) });
+}
+
+function isIPv6Loopback(host: string): boolean {
+  // ::1 in any spelling (0:0:0:0:0:0:0:1, ::0:1, …).
+  const parts = host.split("::");
+  const groups = (part: string | undefined): string[] => (part === undefined || part === "" ? [] : part.split(":"));
+  const head = groups(parts[0]);
+  const tail = groups(parts[1]);
+  const all = parts.length === 2 ? [...head, ...Array<string>(8 - head.length - tail.length).fill("0"), ...tail] : head;
+  return all.length === 8 && all.slice(0, 7).every((g) => /^0{1,4}$/.test(g)) && /^0{0,3}1$/.test(all[7] ?? "");
+}
+
+function parseReplicas(raw: Raw | undefined): number {
+  if (raw === undefined) return SERVER_DEFAULTS.replicas;
+  if (!/^[0-9]+$/.test(raw.value)) {
+    throw new ServerConfigError(`${raw.source} must be an integer from ${MIN_REPLICAS} to ${MAX_REPLICAS}`, raw.source);
+  }
+  const n = Number(raw.value);
+  if (n < MIN_REPLICAS) throw new ServerConfigError(`${raw.source} must be at least ${MIN_REPLICAS}, got ${n}`, raw.source);
+  if (n > MAX_REPLICAS) {
+    throw new ServerConfigError(
+      `${raw.source} must be at most ${MAX_REPLICAS}, got ${raw.value.length > 6 ? "more" : n}`,
+      raw.source,
+    );
+  }
+  return n;
+}
+
+function parseDemoEnv(env: Env): boolean {
+  const variable = SETTINGS.demo.env;
+  const value = envValue(env, variable);
+  if (value === undefined) return false;
+  switch (value.toLowerCase()) {
+    case "1":
+    case "true":
+      return true;
+    case "0":
+    case "false":
+      return false;
+    default:
+      throw new ServerConfigError(`${variable} must be 1 or 0`, variable);
+  }
+}
+
+function parseShutdownTimeout(raw: Raw | undefined): number {
+  if (raw === undefined) return nanosToMillis(parseGoDuration(SERVER_DEFAULTS.shutdownTimeout));
+  let ns: bigint;
+  try {
+    ns = parseGoDuration(raw.value);
+  } catch {
+    throw new ServerConfigError(`${raw.source} must be a Go duration such as "10s" or "1m30s"`, raw.source);
+  }
+  if (ns < 0n) throw new ServerConfigError(`${raw.source} must be at least 0s, got ${formatGoDuration(ns)}`, raw.source);
+  if (ns > MAX_SHUTDOWN_TIMEOUT) {
+    throw new ServerConfigError(
+      `${raw.source} must be at most ${formatGoDuration(MAX_SHUTDOWN_TIMEOUT)}, got ${formatGoDuration(ns)}`,
+      raw.source,
+    );
+  }
+  return nanosToMillis(ns);
+}
+
+function resolveServerBin(raw: Raw, cwd: string, embedded: boolean): string {
+  if (!raw.value.includes("/")) return raw.value; // looked up on PATH when spawned
+  const path = resolve(cwd, raw.value);
+  if (embedded) {
+    let ok = false;
+    try {
+      ok = statSync(path).isFile();
+      accessSync(path, constants.X_OK);
+    } catch {
+      ok = false;
+    }
+    if (!ok) {
+      throw new ServerConfigError(
+        `${raw.source} does not name an executable file (install the nats-server package, or use --nats-url for an existing server)`,
+        raw.source,
+      );
+    }
+  }
+  return path;
+}
+
+function readAdminToken(env: Env): Secret | undefined {
+  const value = envValue(env, ADMIN_TOKEN_ENV);
+  if (value === undefined) return undefined;
+  const token = new Secret(value);
+  const { minTokenBytes, maxTokenBytes } = LANES_LIMITS;
+  if (token.byteLength < minTokenBytes || token.byteLength > maxTokenBytes) {
+    throw new ServerConfigError(
+      `${ADMIN_TOKEN_ENV} must be ${minTokenBytes} to ${maxTokenBytes} bytes, got ${token.byteLength}`,
+      ADMIN_TOKEN_ENV,
+    );
+  }
+  return token;
+}

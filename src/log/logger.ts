@@ -1,0 +1,98 @@
+/**
+ * Structured logging: one JSON object per line on stderr.
+ *
+ * Log lines are read by operators and shipped to systems with wide access, so
+ * they follow the same rule as error messages: no token, receipt, credential,
+ * broker address or raw backend error. Fields are therefore restricted to
+ * scalars chosen by the caller, and errors go through `safeErrorFields`,
+ * which keeps only what Laneway itself wrote.
+ */
+export type LogLevel = "debug" | "info" | "warn" | "error";
+
+/** Scalar log fields; objects are not accepted so nothing is dumped whole. */
+export type LogFields = Readonly<Record<string, string | number | boolean | undefined>>;
+
+export interface Logger {
+  debug(message: string, fields?: LogFields): void;
+  info(message: string, fields?: LogFields): void;
+  warn(message: string, fields?: LogFields): void;
+  error(message: string, fields?: LogFields): void;
+  /** A logger that adds `fields` to every line. */
+  child(fields: LogFields): Logger;
+}
+
+const levelOrder: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+
+/** Options of `createLogger`. */
+export interface LoggerOptions {
+  /** The lowest level written; default `info` (`LANEWAY_LOG_LEVEL`). */
+  level?: LogLevel;
+  /** Where lines go; default process.stderr. */
+  write?: (line: string) => void;
+  /** Fields on every line. */
+  fields?: LogFields;
+}
+
+export function createLogger(options: LoggerOptions = {}): Logger {
+  const minimum = levelOrder[options.level ?? parseLevel(process.env.LANEWAY_LOG_LEVEL)];
+  const write = options.write ?? ((line: string) => process.stderr.write(line));
+  const make = (base: LogFields): Logger => {
+    const emit = (level: LogLevel, message: string, fields?: LogFields) => {
+      if (levelOrder[level] < minimum) return;
+      const line = { time: new Date().toISOString(), level, msg: message, ...base, ...fields };
+      write(JSON.stringify(line) + "\n");
+    };
+    return {
+      debug: (m, f) => emit("debug", m, f),
+      info: (m, f) => emit("info", m, f),
+      warn: (m, f) => emit("warn", m, f),
+      error: (m, f) => emit("error", m, f),
+      child: (fields) => make({ ...base, ...fields }),
+    };
+  };
+  return make(options.fields ?? {});
+}
+
+/** A logger that writes nothing, for library use without a host logger. */
+export const silentLogger: Logger = {
+  debug: () => {},
+  info: () => {},
+  warn: () => {},
+  error: () => {},
+  child: () => silentLogger,
+};
+
+function parseLevel(value: string | undefined): LogLevel {
+  return value === "debug" || value === "warn" || value === "error" ? value : "info";
+}
+
+/**
+ * Describes an error for a log line without leaking it. Errors Laneway
+ * constructs itself (those with a `code` string and an own class name from
+ * the cores) carry messages written for callers, so their message is kept;
+ * anything else — a driver, socket or SQLite error — is reduced to its class
+ * name and code, because its text may embed an address, a path or a secret.
+ */
+export function safeErrorFields(error: unknown): LogFields {
+  if (error instanceof Error && isLanewayError(error)) {
+    return { error: error.name, code: (error as { code?: string }).code, reason: error.message };
+  }
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return { error: error.constructor.name, code: typeof code === "string" || typeof code === "number" ? String(code) : undefined };
+  }
+  return { error: typeof error };
+}
+
+const lanewayErrorNames = new Set([
+  "LaneError",
+  "KmapError",
+  "SwarmError",
+  "LanesConfigError",
+  "ServerConfigError",
+  "BrokerUnavailableError",
+]);
+
+function isLanewayError(error: Error): boolean {
+  return lanewayErrorNames.has(error.name);
+}

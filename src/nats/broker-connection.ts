@@ -1,0 +1,361 @@
+/**
+ * Laneway's connection to a NATS server or cluster.
+ *
+ * Why Laneway owns reconnection: nats.js has no reconnect buffer setting.
+ * With its own reconnect on, core publishes made while disconnected are
+ * dropped silently and JetStream requests hang until their timeout. The
+ * cores promise that a call either reaches the broker or fails as
+ * `unavailable` at once, so every nats.js connection here is opened with
+ * `reconnect: false` (a lost connection closes, and every call on it fails
+ * immediately with "closed connection"), and this class opens a fresh
+ * connection after bounded exponential backoff with jitter.
+ *
+ * While not connected, the accessors throw {@link BrokerUnavailableError}
+ * (`not_connected`) at once: nothing waits, nothing is queued. Objects
+ * obtained earlier (a JetStreamClient, a KV handle) belong to the
+ * connection they came from; after a reconnect they fail with a closed
+ * connection error, so callers fetch them from here per operation (they
+ * are cheap) or watch {@link BrokerConnection.generation}.
+ */
+import { readFile } from "node:fs/promises";
+
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import type { JetStreamClient, JetStreamManager, JetStreamOptions } from "@nats-io/jetstream";
+import { Kvm } from "@nats-io/kv";
+import { connect, credsAuthenticator } from "@nats-io/transport-node";
+import type { Authenticator, NatsConnection } from "@nats-io/transport-node";
+
+import { BrokerUnavailableError, classifyNatsError, type NatsFailure } from "./errors.js";
+
+/** Lifecycle of a {@link BrokerConnection}. */
+export type BrokerState = "connecting" | "connected" | "disconnected" | "closed";
+
+/** Delivered to state listeners on every transition. */
+export interface BrokerStateChange {
+  readonly state: BrokerState;
+  readonly previous: BrokerState;
+  /** Increments on each new live connection; unchanged by other transitions. */
+  readonly generation: number;
+  /**
+   * Why the connection was lost or an attempt failed, classified (safe to
+   * report: fixed message and typed fields; never log its `cause`).
+   */
+  readonly failure: NatsFailure | undefined;
+}
+
+/** Reconnect delays: `initialMs` doubling up to `maxMs`, each with jitter. */
+export interface BackoffOptions {
+  /** First delay. Default 50 ms. */
+  initialMs?: number;
+  /** Cap. Default 3 000 ms. */
+  maxMs?: number;
+  /**
+   * Fraction of each delay that is randomised (0 = none, 1 = anywhere in
+   * [0, delay]). Default 0.5: a delay d is drawn from [d/2, d].
+   */
+  jitter?: number;
+}
+
+export interface BrokerConnectionOptions {
+  /** Server URL(s): `nats://host:port`, or a list for a cluster. */
+  servers: string | readonly string[];
+  /**
+   * Path of a `.creds` file (user JWT + nkey seed). Read again on every
+   * connect attempt so rotated credentials are picked up.
+   */
+  credentialsFile?: string;
+  /**
+   * Any other nats.js authenticator (user/password, token, nkey), e.g.
+   * `usernamePasswordAuthenticator(user, pass)`. Not combined with
+   * `credentialsFile`: when both are set, the credentials file wins.
+   */
+  authenticator?: Authenticator;
+  /** Connection name shown in the server's monitoring. */
+  name?: string;
+  /** Inbox prefix, for users whose permissions allow only `_INBOX.<user>.>` replies. */
+  inboxPrefix?: string;
+  /**
+   * Initial connect: `"fail"` (default) rejects {@link BrokerConnection.open}
+   * with the classified error if the first attempt fails; `"retry"` returns
+   * at once in state `connecting` and keeps trying in the background.
+   */
+  initialConnect?: "fail" | "retry";
+  /** Reconnect backoff. */
+  backoff?: BackoffOptions;
+  /** Per-attempt connect timeout in ms. Default 5 000. */
+  connectTimeoutMs?: number;
+  /**
+   * Ping interval in ms: how soon a silent (hung, paused, partitioned)
+   * server is detected — after `maxPingOut` unanswered pings. Default
+   * 10 000 ms with 2 pings outstanding.
+   */
+  pingIntervalMs?: number;
+  maxPingOut?: number;
+  /** Options for the JetStream client/manager (domain, apiPrefix, request timeout). */
+  jetstream?: JetStreamOptions;
+  /**
+   * Ask JetStream for account info before reporting `connected`, so a
+   * server without JetStream (or a cluster without a meta leader) counts as
+   * unavailable. Default true. Turn off for users not allowed `$JS.API.INFO`.
+   */
+  verifyJetStream?: boolean;
+}
+
+type Listener = (change: BrokerStateChange) => void;
+
+/** The objects that belong to one live nats.js connection. */
+interface Live {
+  readonly nc: NatsConnection;
+  readonly js: JetStreamClient;
+  readonly jsm: JetStreamManager;
+  readonly kvm: Kvm;
+}
+
+/**
+ * A self-healing connection. Create with {@link BrokerConnection.open};
+ * finish with {@link BrokerConnection.close}.
+ */
+export class BrokerConnection {
+  readonly #options: BrokerConnectionOptions;
+  readonly #listeners = new Set<Listener>();
+  #state: BrokerState = "connecting";
+  #live: Live | undefined;
+  #generation = 0;
+  #failedAttempts = 0;
+  #timer: NodeJS.Timeout | undefined;
+  #attempt: Promise<void> | undefined;
+  #lastFailure: NatsFailure | undefined;
+
+  private constructor(options: BrokerConnectionOptions) {
+    this.#options = options;
+  }
+
+  /**
+   * Connects. With `initialConnect: "fail"` (default) it resolves once
+   * connected or rejects with the classified failure (a
+   * {@link BrokerUnavailableError} for refused/unreachable/auth); with
+   * `"retry"` it resolves at once and connects in the background.
+   */
+  static async open(options: BrokerConnectionOptions): Promise<BrokerConnection> {
+    const broker = new BrokerConnection(options);
+    if (options.initialConnect === "retry") {
+      broker.#runAttempt();
+      return broker;
+    }
+    try {
+      await broker.#connectOnce();
+    } catch (err) {
+      const failure = classifyNatsError(err);
+      broker.#lastFailure = failure;
+      broker.#setState("closed", failure);
+      throw failure;
+    }
+    broker.#watch();
+    return broker;
+  }
+
+  /** Current state. */
+  get state(): BrokerState {
+    return this.#state;
+  }
+
+  /** Number of connections opened so far; a new value means handles from before are dead. */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /** The classified reason of the last lost connection or failed attempt (cleared on connect). */
+  get lastFailure(): NatsFailure | undefined {
+    return this.#lastFailure;
+  }
+
+  /**
+   * Calls `listener` on every state change until the returned function is
+   * called. Listeners run synchronously; an exception in one is swallowed so
+   * it cannot break reconnection.
+   */
+  onStateChange(listener: Listener): () => void {
+    this.#listeners.add(listener);
+    return () => {
+      this.#listeners.delete(listener);
+    };
+  }
+
+  /** The live nats.js connection; throws BrokerUnavailableError if not connected. */
+  connection(): NatsConnection {
+    return this.#requireLive().nc;
+  }
+
+  /** The JetStream client of the live connection; throws BrokerUnavailableError if not connected. */
+  jetstream(): JetStreamClient {
+    return this.#requireLive().js;
+  }
+
+  /** The JetStreamManager of the live connection; throws BrokerUnavailableError if not connected. */
+  jetstreamManager(): JetStreamManager {
+    return this.#requireLive().jsm;
+  }
+
+  /** The KV manager of the live connection; throws BrokerUnavailableError if not connected. */
+  kvm(): Kvm {
+    return this.#requireLive().kvm;
+  }
+
+  /**
+   * Stops reconnecting and drains the live connection (bounded by
+   * `timeoutMs`, default 5 000; then it is closed hard). Idempotent.
+   */
+  async close(options: { timeoutMs?: number } = {}): Promise<void> {
+    if (this.#state === "closed") {
+      await this.#attempt;
+      return;
+    }
+    this.#setState("closed", undefined);
+    clearTimeout(this.#timer);
+    this.#timer = undefined;
+    // An attempt in flight notices the closed state and closes what it opened.
+    await this.#attempt;
+    const live = this.#live;
+    this.#live = undefined;
+    if (live !== undefined) await drainBounded(live.nc, options.timeoutMs ?? 5_000);
+  }
+
+  #requireLive(): Live {
+    const live = this.#live;
+    if (this.#state !== "connected" || live === undefined || live.nc.isClosed()) {
+      throw new BrokerUnavailableError("not_connected");
+    }
+    return live;
+  }
+
+  /** One attempt: connect, build the JetStream objects, verify JetStream. Sets state. */
+  async #connectOnce(): Promise<void> {
+    this.#setState("connecting", undefined);
+    const o = this.#options;
+    const authenticator =
+      o.credentialsFile === undefined
+        ? o.authenticator
+        : credsAuthenticator(await readCredentials(o.credentialsFile));
+    const nc = await connect({
+      servers: typeof o.servers === "string" ? o.servers : [...o.servers],
+      reconnect: false,
+      timeout: o.connectTimeoutMs ?? 5_000,
+      pingInterval: o.pingIntervalMs ?? 10_000,
+      maxPingOut: o.maxPingOut ?? 2,
+      ...(authenticator === undefined ? {} : { authenticator }),
+      ...(o.name === undefined ? {} : { name: o.name }),
+      ...(o.inboxPrefix === undefined ? {} : { inboxPrefix: o.inboxPrefix }),
+    });
+    try {
+      const jsm = await jetstreamManager(nc, { ...o.jetstream, checkAPI: false });
+      if (o.verifyJetStream ?? true) await jsm.getAccountInfo();
+      if (this.#state === "closed") throw new BrokerUnavailableError("not_connected");
+      const js = jetstream(nc, o.jetstream);
+      this.#generation += 1;
+      this.#live = { nc, js, jsm, kvm: new Kvm(js) };
+    } catch (err) {
+      await nc.close().catch(() => undefined);
+      throw err;
+    }
+    this.#failedAttempts = 0;
+    this.#lastFailure = undefined;
+    this.#setState("connected", undefined);
+  }
+
+  /** Runs a background attempt; on failure schedules the next one. */
+  #runAttempt(): void {
+    this.#timer = undefined;
+    if (this.#state === "closed") return;
+    const attempt = this.#connectOnce().then(
+      () => this.#watch(),
+      (err: unknown) => {
+        if (this.#state === "closed") return;
+        this.#failedAttempts += 1;
+        const failure = classifyNatsError(err);
+        this.#lastFailure = failure;
+        this.#setState("disconnected", failure);
+        this.#schedule();
+      },
+    );
+    const tracked: Promise<void> = attempt.finally(() => {
+      if (this.#attempt === tracked) this.#attempt = undefined;
+    });
+    this.#attempt = tracked;
+  }
+
+  /** Reacts when the live connection closes by itself. */
+  #watch(): void {
+    const live = this.#live;
+    if (live === undefined) return;
+    void live.nc.closed().then((err) => {
+      if (this.#live !== live) return; // closed by close() or replaced
+      this.#live = undefined;
+      if (this.#state === "closed") return;
+      const failure =
+        err === undefined ? new BrokerUnavailableError("connection_closed") : classifyNatsError(err);
+      this.#lastFailure = failure;
+      this.#setState("disconnected", failure);
+      this.#schedule();
+    });
+  }
+
+  #schedule(): void {
+    if (this.#state === "closed" || this.#timer !== undefined) return;
+    const delay = backoffDelay(this.#failedAttempts, this.#options.backoff);
+    this.#timer = setTimeout(() => this.#runAttempt(), delay);
+    // Reconnecting alone must not keep a process alive that has nothing else to do.
+    this.#timer.unref();
+  }
+
+  #setState(state: BrokerState, failure: NatsFailure | undefined): void {
+    const previous = this.#state;
+    if (previous === state) return;
+    if (previous === "closed") return; // terminal
+    this.#state = state;
+    const change: BrokerStateChange = { state, previous, generation: this.#generation, failure };
+    for (const listener of [...this.#listeners]) {
+      try {
+        listener(change);
+      } catch {
+        // A listener's bug must not stop reconnection.
+      }
+    }
+  }
+}
+
+/**
+ * Delay before attempt `failures + 1`: initial × 2^failures, capped, with
+ * the configured share randomised downwards (so concurrent Laneway
+ * instances do not reconnect in lockstep).
+ */
+export function backoffDelay(failures: number, options: BackoffOptions = {}): number {
+  const initial = options.initialMs ?? 50;
+  const max = options.maxMs ?? 3_000;
+  const jitter = Math.min(1, Math.max(0, options.jitter ?? 0.5));
+  const base = Math.min(max, initial * 2 ** Math.min(failures, 30));
+  return Math.round(base * (1 - jitter * Math.random()));
+}
+
+async function drainBounded(nc: NatsConnection, timeoutMs: number): Promise<void> {
+  if (nc.isClosed()) return;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<"timeout">((r) => {
+    timer = setTimeout(() => r("timeout"), timeoutMs);
+  });
+  try {
+    const outcome = await Promise.race([nc.drain().then(() => "drained" as const), timeout]);
+    if (outcome === "timeout") await nc.close();
+  } catch {
+    await nc.close().catch(() => undefined);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function readCredentials(path: string): Promise<Uint8Array> {
+  try {
+    return await readFile(path);
+  } catch (err) {
+    throw new BrokerUnavailableError("credentials_unreadable", { cause: err });
+  }
+}

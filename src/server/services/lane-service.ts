@@ -1,0 +1,79 @@
+import { create } from "@bufbuild/protobuf";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import {
+  GetRegistryResponseSchema,
+  LaneAccessSchema,
+  LaneBoundsSchema,
+  LaneService,
+} from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import type { LaneRegistry } from "../../lanes/index.js";
+import { principalOf } from "../auth.js";
+import { notBuilt } from "../not-built.js";
+
+/**
+ * LaneService: decode, authorize, call the lanes core, encode. The registry
+ * is served from configuration; the JetStream operations arrive with the
+ * lanes core and answer `unimplemented` until then.
+ */
+export function laneServiceImpl(registry: LaneRegistry): ServiceImpl<typeof LaneService> {
+  return {
+    getRegistry(_req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const view = registry.viewFor(project);
+      const b = view.bounds;
+      return create(GetRegistryResponseSchema, {
+        project: view.project,
+        namespace: view.namespace,
+        lanes: view.lanes.map((lane) =>
+          create(LaneAccessSchema, {
+            lane: lane.lane,
+            owner: lane.owner,
+            publish: lane.publish,
+            subscribe: lane.subscribe,
+            groups: [...lane.groups],
+            recoverGroups: [...lane.recoverGroups],
+          }),
+        ),
+        bounds: create(LaneBoundsSchema, {
+          lease: durationFromMs(b.leaseMs),
+          maxPending: b.maxPending,
+          maxLedger: b.maxLedger,
+          retryDelay: durationFromMs(b.retryDelayMs),
+          maxRetryDelay: durationFromMs(b.maxRetryDelayMs),
+          ackRetention: durationFromMs(b.ackRetentionMs),
+          retention: durationFromMs(b.retentionMs),
+          maxPayload: BigInt(b.maxPayload),
+          operationTimeout: durationFromMs(b.operationTimeoutMs),
+        }),
+      });
+    },
+    publish() {
+      throw notBuilt("lanes", "Publish (durable lane publishing)");
+    },
+    replay() {
+      throw notBuilt("lanes", "Replay (event replay with cursors)");
+    },
+    async *follow() {
+      throw notBuilt("lanes", "Follow (tailing a lane)");
+    },
+    claim() {
+      throw notBuilt("lanes", "Claim (work groups with fenced leases)");
+    },
+    renew() {
+      throw notBuilt("lanes", "Renew (work leases)");
+    },
+    ack() {
+      throw notBuilt("lanes", "Ack (work completion)");
+    },
+    nack() {
+      throw notBuilt("lanes", "Nack (work retry)");
+    },
+    inspectGroup() {
+      throw notBuilt("lanes", "InspectGroup (group ledgers)");
+    },
+    recoverGroup() {
+      throw notBuilt("lanes", "RecoverGroup (explicit gap recovery)");
+    },
+  };
+}

@@ -1,0 +1,234 @@
+import { execFileSync } from "node:child_process";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import {
+  DEMO_LANES_CONFIG,
+  DemoSetupError,
+  ensureDemoSetup,
+  EnvFileError,
+  formatEnvFile,
+  LanesConfigError,
+  loadStartupConfig,
+  parseEnvFile,
+  parseLanesConfig,
+  readEnvFile,
+} from "../../src/config/index.js";
+
+const work = mkdtempSync(join(tmpdir(), "laneway-demo-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+let counter = 0;
+const freshDir = (): string => join(work, `data-${++counter}`, "nested");
+const mode = (path: string): number => statSync(path).mode & 0o777;
+
+describe("ensureDemoSetup", () => {
+  test("creates lanes.json and a 0600 tokens.env on first start", async () => {
+    const dir = freshDir();
+    const demo = await ensureDemoSetup(dir);
+    expect(demo.dataDir).toBe(dir);
+    expect(demo.created).toEqual({ lanesConfig: true, tokens: true });
+    expect(demo.repairedTokensMode).toBe(false);
+    expect(mode(dir)).toBe(0o700);
+    expect(mode(demo.tokensPath)).toBe(0o600);
+
+    expect(JSON.parse(readFileSync(demo.lanesConfigPath, "utf8"))).toEqual(DEMO_LANES_CONFIG);
+    expect(JSON.parse(readFileSync(demo.lanesConfigPath, "utf8"))).toEqual({
+      namespace: "demo",
+      principals: [
+        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
+        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
+      ],
+      lanes: [
+        {
+          id: "measurements",
+          owner: "atlas",
+          publishers: ["atlas", "beacon"],
+          subscribers: ["atlas", "beacon"],
+          groups: { summarizers: ["beacon"] },
+          recoverers: { summarizers: ["beacon"] },
+        },
+      ],
+    });
+
+    const text = readFileSync(demo.tokensPath, "utf8");
+    expect(text).toMatch(/^ATLAS_LANE_TOKEN=[0-9a-f]{64}\nBEACON_LANE_TOKEN=[0-9a-f]{64}\nLANEWAY_ADMIN_TOKEN=[0-9a-f]{64}\n$/);
+    expect(Object.keys(demo.env)).toEqual(["ATLAS_LANE_TOKEN", "BEACON_LANE_TOKEN", "LANEWAY_ADMIN_TOKEN"]);
+    expect(new Set(Object.values(demo.env)).size).toBe(3);
+
+    // The generated pair is a valid configuration for the real loader.
+    const config = parseLanesConfig(readFileSync(demo.lanesConfigPath, "utf8"), demo.env);
+    expect(config.tokens.get("atlas")?.reveal()).toBe(demo.env.ATLAS_LANE_TOKEN);
+  });
+
+  test("later starts reuse both files unchanged", async () => {
+    const dir = freshDir();
+    const first = await ensureDemoSetup(dir);
+    writeFileSync(first.lanesConfigPath, JSON.stringify({ ...DEMO_LANES_CONFIG, namespace: "edited" }));
+    const before = readFileSync(first.tokensPath, "utf8");
+    const second = await ensureDemoSetup(dir);
+    expect(second.created).toEqual({ lanesConfig: false, tokens: false });
+    expect(second.env).toEqual(first.env);
+    expect(readFileSync(first.tokensPath, "utf8")).toBe(before);
+    expect(JSON.parse(readFileSync(first.lanesConfigPath, "utf8")).namespace).toBe("edited");
+  });
+
+  test("a missing file is recreated on its own", async () => {
+    const dir = freshDir();
+    const first = await ensureDemoSetup(dir);
+    rmSync(first.lanesConfigPath);
+    const second = await ensureDemoSetup(dir);
+    expect(second.created).toEqual({ lanesConfig: true, tokens: false });
+    expect(second.env).toEqual(first.env);
+  });
+
+  test("a tokens.env readable by group/other is repaired to 0600 and reported", async () => {
+    const dir = freshDir();
+    const first = await ensureDemoSetup(dir);
+    chmodSync(first.tokensPath, 0o644);
+    const second = await ensureDemoSetup(dir);
+    expect(second.repairedTokensMode).toBe(true);
+    expect(mode(first.tokensPath)).toBe(0o600);
+    expect(second.env).toEqual(first.env);
+    expect((await ensureDemoSetup(dir)).repairedTokensMode).toBe(false);
+  });
+
+  test("a symlinked tokens.env is refused", async () => {
+    const dir = freshDir();
+    const first = await ensureDemoSetup(dir);
+    const elsewhere = join(work, `elsewhere-${counter}.env`);
+    writeFileSync(elsewhere, readFileSync(first.tokensPath), { mode: 0o600 });
+    rmSync(first.tokensPath);
+    symlinkSync(elsewhere, first.tokensPath);
+    await expect(ensureDemoSetup(dir)).rejects.toThrow(DemoSetupError);
+    await expect(ensureDemoSetup(dir)).rejects.toThrow("must be a regular file, not a symlink or other file type");
+  });
+
+  test("a tokens.env missing a variable is refused without echoing the file", async () => {
+    const dir = freshDir();
+    const first = await ensureDemoSetup(dir);
+    writeFileSync(first.tokensPath, `ATLAS_LANE_TOKEN=${first.env.ATLAS_LANE_TOKEN}\n`, { mode: 0o600 });
+    const error = await ensureDemoSetup(dir).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(DemoSetupError);
+    expect((error as Error).message).toBe(
+      `demo: tokens.env does not define BEACON_LANE_TOKEN; delete ${first.tokensPath} to generate new demo tokens`,
+    );
+    expect((error as Error).message).not.toContain(first.env.ATLAS_LANE_TOKEN as string);
+  });
+
+  test("a malformed tokens.env is refused by line number only", async () => {
+    const dir = freshDir();
+    const first = await ensureDemoSetup(dir);
+    writeFileSync(first.tokensPath, `ATLAS_LANE_TOKEN="quoted-secret-value"\n`, { mode: 0o600 });
+    const error = await ensureDemoSetup(dir).catch((e: unknown) => e);
+    expect((error as Error).message).toBe(
+      "demo: tokens.env: line 1: the value of ATLAS_LANE_TOKEN must be unquoted and use only A-Z a-z 0-9 _ . , : + / @ % -",
+    );
+  });
+
+  test("two servers starting at once agree on one set of tokens", async () => {
+    const dir = freshDir();
+    const [a, b, c] = await Promise.all([ensureDemoSetup(dir), ensureDemoSetup(dir), ensureDemoSetup(dir)]);
+    expect(b?.env).toEqual(a?.env);
+    expect(c?.env).toEqual(a?.env);
+    expect([a, b, c].filter((d) => d?.created.tokens).length).toBe(1);
+  });
+
+  test("a shell sourcing tokens.env sees the same values", async () => {
+    const demo = await ensureDemoSetup(freshDir());
+    const out = execFileSync(
+      "sh",
+      ["-c", 'set -a; . "$1"; printf "%s\\n%s\\n%s" "$ATLAS_LANE_TOKEN" "$BEACON_LANE_TOKEN" "$LANEWAY_ADMIN_TOKEN"', "sh", demo.tokensPath],
+      { encoding: "utf8", env: { PATH: process.env.PATH } },
+    );
+    expect(out.split("\n")).toEqual([demo.env.ATLAS_LANE_TOKEN, demo.env.BEACON_LANE_TOKEN, demo.env.LANEWAY_ADMIN_TOKEN]);
+  });
+});
+
+describe("env files", () => {
+  test("parse KEY=value lines, comments, blank lines and CRLF", () => {
+    expect(parseEnvFile("# demo tokens\n\nA=1\r\nB_2=x-y.z:/@%+,\n  # indented comment\nC=\n")).toEqual({ A: "1", B_2: "x-y.z:/@%+,", C: "" });
+  });
+
+  test("reject what a shell would read differently, naming lines not values", () => {
+    const cases: ReadonlyArray<readonly [string, string]> = [
+      ["A=1\nnot a pair\n", "line 2 is not KEY=value"],
+      ["=value\n", "line 1 is not KEY=value"],
+      ["1A=x\n", "line 1: the key is not a valid environment variable name"],
+      ["export A=x\n", "line 1: the key is not a valid environment variable name"],
+      ["A='sekrit-value'\n", "line 1: the value of A must be unquoted and use only A-Z a-z 0-9 _ . , : + / @ % -"],
+      ["A=sekrit value\n", "line 1: the value of A must be unquoted and use only A-Z a-z 0-9 _ . , : + / @ % -"],
+      ["A=$HOME\n", "line 1: the value of A must be unquoted and use only A-Z a-z 0-9 _ . , : + / @ % -"],
+      ["A=1\nA=2\n", "line 2: A is set more than once"],
+    ];
+    for (const [text, message] of cases) {
+      expect(() => parseEnvFile(text)).toThrow(new EnvFileError(message));
+      try {
+        parseEnvFile(text);
+      } catch (error) {
+        expect((error as Error).message).not.toContain("sekrit");
+      }
+    }
+  });
+
+  test("readEnvFile and formatEnvFile round-trip", async () => {
+    const path = join(work, "round.env");
+    writeFileSync(path, formatEnvFile({ X: "abc", Y: "0123" }));
+    expect(await readEnvFile(path)).toEqual({ X: "abc", Y: "0123" });
+    await expect(readEnvFile(join(work, "missing.env"))).rejects.toThrow("cannot read the environment file (ENOENT)");
+    expect(() => formatEnvFile({ X: "has space" })).toThrow(EnvFileError);
+  });
+});
+
+describe("loadStartupConfig", () => {
+  test("demo mode: files are created, tokens merged under the environment, lanes loaded", async () => {
+    const cwd = join(work, `startup-${++counter}`);
+    const env = { PATH: "/usr/bin", LANEWAY_DATA_DIR: "state" };
+    const before = { ...process.env };
+    const startup = await loadStartupConfig(["--demo"], env, { cwd });
+    expect(process.env).toEqual(before);
+    expect(startup.demo?.dataDir).toBe(join(cwd, "state"));
+    expect(startup.lanesConfigPath).toBe(join(cwd, "state", "lanes.json"));
+    expect(startup.lanes?.namespace).toBe("demo");
+    expect(startup.server.adminToken?.equals(startup.demo?.env.LANEWAY_ADMIN_TOKEN as string)).toBe(true);
+    expect(startup.lanes?.tokens.get("beacon")?.reveal()).toBe(startup.demo?.env.BEACON_LANE_TOKEN);
+    expect(startup.env.PATH).toBe("/usr/bin");
+  });
+
+  test("variables already in the environment win over the demo file", async () => {
+    const cwd = join(work, `startup-${++counter}`);
+    const mine = "my-own-atlas-token-0123456789abcdef0123";
+    const startup = await loadStartupConfig(["--demo"], { ATLAS_LANE_TOKEN: mine, BEACON_LANE_TOKEN: "" }, { cwd });
+    expect(startup.lanes?.tokens.get("atlas")?.reveal()).toBe(mine);
+    // An empty variable does not hide the file's value.
+    expect(startup.lanes?.tokens.get("beacon")?.reveal()).toBe(startup.demo?.env.BEACON_LANE_TOKEN);
+  });
+
+  test("an operator token equal to a project token stops startup", async () => {
+    const cwd = join(work, `startup-${++counter}`);
+    const demo = await ensureDemoSetup(join(cwd, ".laneway"));
+    const error = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: demo.env.ATLAS_LANE_TOKEN }, { cwd }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LanesConfigError);
+    expect((error as Error).message).toBe(
+      "lanes: the token of project atlas equals LANEWAY_ADMIN_TOKEN; the operator token must differ from every project token",
+    );
+  });
+
+  test("without demo or lanes config, lanes are off and nothing is written", async () => {
+    const cwd = join(work, `startup-${++counter}`);
+    const startup = await loadStartupConfig([], {}, { cwd });
+    expect(startup.lanes).toBeUndefined();
+    expect(startup.demo).toBeUndefined();
+    expect(() => statSync(cwd)).toThrow();
+  });
+
+  test("an explicit lanes config is used even in demo mode", async () => {
+    const cwd = join(work, `startup-${++counter}`);
+    const demo = await ensureDemoSetup(join(cwd, ".laneway"));
+    const custom = join(cwd, "custom.json");
+    writeFileSync(custom, JSON.stringify({ ...DEMO_LANES_CONFIG, namespace: "custom" }));
+    const startup = await loadStartupConfig(["--demo", "--lanes-config", "custom.json"], {}, { cwd });
+    expect(startup.lanes?.namespace).toBe("custom");
+    expect(startup.demo?.env).toEqual(demo.env);
+  });
+});

@@ -1,0 +1,222 @@
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import { loadServerConfig, Secret, ServerConfigError, type Env } from "../../src/config/index.js";
+
+const work = mkdtempSync(join(tmpdir(), "laneway-server-config-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+const creds = join(work, "svc.creds");
+writeFileSync(creds, "not read by the loader\n", { mode: 0o600 });
+const fakeBin = join(work, "fake-nats-server");
+writeFileSync(fakeBin, "#!/bin/sh\n", { mode: 0o755 });
+const notExecutable = join(work, "not-executable");
+writeFileSync(notExecutable, "", { mode: 0o644 });
+chmodSync(notExecutable, 0o644);
+
+const ADMIN = "admin-token-0123456789abcdef0123456789abcdef";
+const URL_SECRET = "pw-in-url";
+
+const load = (argv: string[], env: Env = {}) => loadServerConfig(argv, env, { cwd: work });
+
+function failure(argv: string[], env: Env = {}): ServerConfigError {
+  try {
+    load(argv, env);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ServerConfigError);
+    const message = (error as Error).message;
+    for (const secret of [ADMIN, URL_SECRET, creds, "0.0.0.0"]) expect(message).not.toContain(secret);
+    return error as ServerConfigError;
+  }
+  throw new Error("expected loadServerConfig to fail");
+}
+
+describe("defaults", () => {
+  test("no flags and no environment", () => {
+    const config = load([], {});
+    expect(config).toEqual({
+      listen: { host: "127.0.0.1", port: 7600 },
+      dataDir: join(work, ".laneway"),
+      natsServers: undefined,
+      natsCredentialsEnv: undefined,
+      natsCredentialsFile: undefined,
+      natsServerBin: "/usr/sbin/nats-server",
+      replicas: 1,
+      lanesConfigPath: undefined,
+      demo: false,
+      shutdownTimeoutMs: 10_000,
+      adminToken: undefined,
+    });
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(Object.isFrozen(config.listen)).toBe(true);
+  });
+});
+
+describe("precedence: flags > env > defaults", () => {
+  const env: Env = {
+    LANEWAY_LISTEN: "127.0.0.2:8000",
+    LANEWAY_DATA_DIR: "env-data",
+    LANEWAY_NATS_URL: "nats://env-broker:4222",
+    LANEWAY_NATS_CREDENTIALS_ENV: "ENV_CREDS",
+    ENV_CREDS: creds,
+    FLAG_CREDS: "svc.creds",
+    LANEWAY_REPLICAS: "3",
+    LANEWAY_LANES_CONFIG: "env-lanes.json",
+    LANEWAY_DEMO: "1",
+    LANEWAY_SHUTDOWN_TIMEOUT: "30s",
+    LANEWAY_NATS_SERVER_BIN: fakeBin,
+    LANEWAY_ADMIN_TOKEN: ADMIN,
+  };
+
+  test("environment variables override defaults", () => {
+    const config = load([], env);
+    expect(config).toMatchObject({
+      listen: { host: "127.0.0.2", port: 8000 },
+      dataDir: join(work, "env-data"),
+      natsServers: ["nats://env-broker:4222"],
+      natsCredentialsEnv: "ENV_CREDS",
+      natsCredentialsFile: creds,
+      natsServerBin: fakeBin,
+      replicas: 3,
+      lanesConfigPath: join(work, "env-lanes.json"),
+      demo: true,
+      shutdownTimeoutMs: 30_000,
+    });
+    expect(config.adminToken).toBeInstanceOf(Secret);
+    expect(config.adminToken?.equals(ADMIN)).toBe(true);
+  });
+
+  test("flags override environment variables", () => {
+    const config = load(
+      [
+        "--listen", "[::1]:9000",
+        "--data-dir=/var/lib/laneway",
+        "--nats-url", "tls://a:4222,tls://b:4222",
+        "--nats-credentials-env", "FLAG_CREDS",
+        "--replicas", "5",
+        "--lanes-config", "/etc/laneway/lanes.json",
+        "--shutdown-timeout", "1m30s",
+        "--nats-server-bin", "nats-server",
+      ],
+      { ...env, LANEWAY_DEMO: "0" },
+    );
+    expect(config).toMatchObject({
+      listen: { host: "::1", port: 9000 },
+      dataDir: "/var/lib/laneway",
+      natsServers: ["tls://a:4222", "tls://b:4222"],
+      natsCredentialsEnv: "FLAG_CREDS",
+      natsCredentialsFile: creds,
+      natsServerBin: "nats-server",
+      replicas: 5,
+      lanesConfigPath: "/etc/laneway/lanes.json",
+      demo: false,
+      shutdownTimeoutMs: 90_000,
+    });
+  });
+
+  test("--demo turns demo on whatever LANEWAY_DEMO says", () => {
+    expect(load(["--demo"], { LANEWAY_DEMO: "0" }).demo).toBe(true);
+    expect(load([], { LANEWAY_DEMO: "true" }).demo).toBe(true);
+    expect(load([], { LANEWAY_DEMO: "false" }).demo).toBe(false);
+  });
+
+  test("settings mix: each falls back independently", () => {
+    const config = load(["--replicas", "2"], { LANEWAY_NATS_URL: "nats://h:4222", LANEWAY_REPLICAS: "4", LANEWAY_LISTEN: "localhost:0" });
+    expect(config.replicas).toBe(2);
+    expect(config.listen).toEqual({ host: "localhost", port: 0 });
+    expect(config.dataDir).toBe(join(work, ".laneway"));
+  });
+
+  test("an empty variable counts as unset; an empty flag is an error", () => {
+    expect(load([], { LANEWAY_LISTEN: "", LANEWAY_ADMIN_TOKEN: "" })).toMatchObject({ listen: { port: 7600 }, adminToken: undefined });
+    expect(failure(["--listen="]).message).toBe("--listen must not be empty");
+  });
+
+  test("a repeated flag takes its last value", () => {
+    expect(load(["--replicas", "1", "--replicas", "1", "--listen", "127.0.0.1:1", "--listen", "127.0.0.1:2"]).listen.port).toBe(2);
+  });
+});
+
+describe("errors name the flag or variable and never echo secrets or URLs", () => {
+  const CASES: ReadonlyArray<readonly [string, string[], Env, string]> = [
+    ["unknown flag", ["--lisen", "127.0.0.1:1"], {}, "unknown flag --lisen"],
+    [
+      "operator token as a flag",
+      [`--admin-token=${ADMIN}`],
+      {},
+      "unknown flag --admin-token: the operator token is read only from the LANEWAY_ADMIN_TOKEN environment variable (command lines are visible in ps)",
+    ],
+    ["short flag", ["-l"], {}, "unknown flag -l (laneway serve has long flags only)"],
+    ["positional argument", ["--demo", `nats://u:${URL_SECRET}@h:4222`], {}, "unexpected argument at position 2: laneway serve takes flags only"],
+    ["positional after --", ["--", ADMIN], {}, "laneway serve takes no positional arguments (found some after --)"],
+    ["missing value", ["--listen"], {}, "--listen needs a value"],
+    ["value that looks like a flag", ["--listen", "--demo"], {}, '--listen needs a value (write --listen=VALUE for a value starting with "-")'],
+    ["value for a boolean flag", ["--demo=1"], {}, "--demo takes no value (use --demo, or LANEWAY_DEMO=1)"],
+    ["listen not loopback", ["--listen", "0.0.0.0:7600"], {}, "--listen must be a loopback address (127.0.0.0/8, [::1] or localhost): Laneway serves plain HTTP; put a TLS proxy in front of it for remote access"],
+    ["listen from env not loopback", [], { LANEWAY_LISTEN: "example.com:80" }, "LANEWAY_LISTEN must be a loopback address (127.0.0.0/8, [::1] or localhost): Laneway serves plain HTTP; put a TLS proxy in front of it for remote access"],
+    ["listen IPv6 not loopback", ["--listen", "[::]:7600"], {}, "--listen must be a loopback address (127.0.0.0/8, [::1] or localhost): Laneway serves plain HTTP; put a TLS proxy in front of it for remote access"],
+    ["listen without port", ["--listen", "127.0.0.1"], {}, "--listen must be host:port, such as 127.0.0.1:7600 or [::1]:7600"],
+    ["listen unbracketed IPv6", ["--listen", "::1:7600"], {}, "--listen must be host:port, such as 127.0.0.1:7600 or [::1]:7600 (bracket IPv6 addresses)"],
+    ["listen bad host", ["--listen", "local_host:7600"], {}, "--listen must be host:port, such as 127.0.0.1:7600 or [::1]:7600"],
+    ["listen port too large", ["--listen", "127.0.0.1:65536"], {}, "--listen port must be a number from 0 to 65535"],
+    ["listen port not a number", ["--listen", "127.0.0.1:http"], {}, "--listen port must be a number from 0 to 65535"],
+    ["nats url with credentials", ["--nats-url", `nats://svc:${URL_SECRET}@h:4222`], {}, "--nats-url must not contain credentials (user info); use --nats-credentials-env"],
+    ["nats url env with credentials", [], { LANEWAY_NATS_URL: `nats://a:4222,tls://${URL_SECRET}@b:4222` }, "LANEWAY_NATS_URL must not contain credentials (user info) (entry 2 of 2); use --nats-credentials-env"],
+    ["nats url wrong scheme", ["--nats-url", "ws://h:4222"], {}, "--nats-url must use the nats:// or tls:// scheme"],
+    ["credentials env bad name", ["--nats-url", "nats://h:4222", "--nats-credentials-env", "NOT-A-NAME"], {}, "--nats-credentials-env must be an environment variable name matching ^[A-Za-z_][A-Za-z0-9_]*$"],
+    ["credentials env without url", ["--nats-credentials-env", "C"], { C: creds }, "--nats-credentials-env requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server uses no credentials"],
+    ["credentials variable unset", ["--nats-url", "nats://h:4222", "--nats-credentials-env", "C"], {}, "--nats-credentials-env: C is not set (it must hold the path of a NATS credentials file)"],
+    ["credentials file missing", [], { LANEWAY_NATS_URL: "nats://h:4222", LANEWAY_NATS_CREDENTIALS_ENV: "C", C: `${creds}.missing` }, "LANEWAY_NATS_CREDENTIALS_ENV: the credentials file named by C does not exist"],
+    ["replicas zero", ["--replicas", "0"], {}, "--replicas must be at least 1, got 0"],
+    ["replicas six", ["--nats-url", "nats://h:4222", "--replicas", "6"], {}, "--replicas must be at most 5, got 6"],
+    ["replicas not a number", [], { LANEWAY_REPLICAS: "three" }, "LANEWAY_REPLICAS must be an integer from 1 to 5"],
+    ["replicas negative", ["--replicas=-1"], {}, "--replicas must be an integer from 1 to 5"],
+    ["replicas with embedded server", ["--replicas", "3"], {}, "--replicas above 1 requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server is a single node"],
+    ["shutdown timeout too long", ["--shutdown-timeout", "11m"], {}, "--shutdown-timeout must be at most 10m0s, got 11m0s"],
+    ["shutdown timeout negative", [], { LANEWAY_SHUTDOWN_TIMEOUT: "-1s" }, "LANEWAY_SHUTDOWN_TIMEOUT must be at least 0s, got -1s"],
+    ["shutdown timeout not a duration", ["--shutdown-timeout", "10"], {}, '--shutdown-timeout must be a Go duration such as "10s" or "1m30s"'],
+    ["demo env not boolean", [], { LANEWAY_DEMO: "yes" }, "LANEWAY_DEMO must be 1 or 0"],
+    ["nats-server binary missing", ["--nats-server-bin", join(work, "nope")], {}, "--nats-server-bin does not name an executable file (install the nats-server package, or use --nats-url for an existing server)"],
+    ["nats-server binary not executable", [], { LANEWAY_NATS_SERVER_BIN: notExecutable }, "LANEWAY_NATS_SERVER_BIN does not name an executable file (install the nats-server package, or use --nats-url for an existing server)"],
+    ["operator token too short", [], { LANEWAY_ADMIN_TOKEN: "short" }, "LANEWAY_ADMIN_TOKEN must be 32 to 4096 bytes, got 5"],
+    ["operator token too long", [], { LANEWAY_ADMIN_TOKEN: "x".repeat(4097) }, "LANEWAY_ADMIN_TOKEN must be 32 to 4096 bytes, got 4097"],
+  ];
+
+  test.each(CASES)("%s", (_name, argv, env, message) => {
+    expect(failure(argv, env).message).toBe(message);
+  });
+
+  test("the error names the setting", () => {
+    expect(failure([], { LANEWAY_REPLICAS: "9" }).setting).toBe("LANEWAY_REPLICAS");
+    expect(failure(["--replicas", "9"], { LANEWAY_REPLICAS: "2" }).setting).toBe("--replicas");
+  });
+});
+
+describe("accepted edge values", () => {
+  test("listen forms", () => {
+    expect(load(["--listen", "127.255.0.9:1"]).listen).toEqual({ host: "127.255.0.9", port: 1 });
+    expect(load(["--listen", "[0:0:0:0:0:0:0:1]:65535"]).listen).toEqual({ host: "0:0:0:0:0:0:0:1", port: 65_535 });
+    expect(load(["--listen", "LOCALHOST:7600"]).listen.host).toBe("LOCALHOST");
+  });
+
+  test("shutdown timeout bounds", () => {
+    expect(load(["--shutdown-timeout", "0s"]).shutdownTimeoutMs).toBe(0);
+    expect(load(["--shutdown-timeout", "0"]).shutdownTimeoutMs).toBe(0);
+    expect(load(["--shutdown-timeout", "10m"]).shutdownTimeoutMs).toBe(600_000);
+    expect(load(["--shutdown-timeout", "250ms"]).shutdownTimeoutMs).toBe(250);
+  });
+
+  test("the nats-server binary is not checked when an external server is used", () => {
+    expect(load(["--nats-url", "nats://h:4222", "--nats-server-bin", join(work, "nope")]).natsServerBin).toBe(join(work, "nope"));
+  });
+
+  test("a relative binary path resolves against cwd", () => {
+    expect(load(["--nats-server-bin", "./fake-nats-server"]).natsServerBin).toBe(fakeBin);
+  });
+
+  test("operator token bounds are inclusive", () => {
+    expect(load([], { LANEWAY_ADMIN_TOKEN: "x".repeat(32) }).adminToken?.byteLength).toBe(32);
+    expect(load([], { LANEWAY_ADMIN_TOKEN: "x".repeat(4096) }).adminToken?.byteLength).toBe(4096);
+  });
+});
