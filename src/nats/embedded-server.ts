@@ -2,9 +2,10 @@
  * Laneway's embedded default broker: a nats-server child process with
  * JetStream, its store under a directory Laneway owns, on a loopback port.
  *
- * Layout under `storeDir` (nats-server itself only writes `jetstream/`):
+ * Layout under `storeDir`:
  *   nats-server.conf   the generated config (rewritten on every start)
  *   ports/             nats-server's ports file (emptied on every start)
+ *   nats-server.pid    its pid, so a restart can stop an orphaned predecessor
  *   jetstream/         the JetStream store
  *
  * Readiness, and why: the server writes `nats-server_<pid>.ports` (JSON with
@@ -26,6 +27,7 @@ import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { connect as connectTcp } from "node:net";
 import { join, resolve } from "node:path";
 
+import { stopStalePredecessor, watchParentLifetime } from "./process-lifetime.js";
 import {
   EmbeddedServerConfigError,
   EmbeddedServerExitedError,
@@ -146,9 +148,11 @@ export class EmbeddedNatsServer {
     const storeDir = resolve(options.storeDir);
     const portsDir = join(storeDir, "ports");
     const configPath = join(storeDir, "nats-server.conf");
+    const pidFile = join(storeDir, "nats-server.pid");
     const startTimeoutMs = options.startTimeoutMs ?? 30_000;
 
     await mkdir(storeDir, { recursive: true });
+    await stopStalePredecessor(pidFile, configPath);
     // A ports file left by a killed predecessor must not be mistaken for ours.
     await rm(portsDir, { recursive: true, force: true });
     await mkdir(portsDir, { recursive: true });
@@ -160,6 +164,7 @@ export class EmbeddedNatsServer {
       port: options.port === undefined || options.port === 0 ? -1 : options.port,
       max_payload: maxPayload,
       ports_file_dir: portsDir,
+      pid_file: pidFile,
       jetstream: {
         store_dir: storeDir,
         ...(caps.supportsSyncInterval ? { sync_interval: "always" } : {}),
@@ -173,7 +178,10 @@ export class EmbeddedNatsServer {
     if (!test.ok) throw new EmbeddedServerConfigError(configPath, test.output);
 
     const logs = new LogTail(options.logTailLines);
-    const child = spawn(binary, ["-c", configPath], { stdio: ["ignore", "pipe", "pipe"] });
+    // Its own process group: signals aimed at Laneway's group (Ctrl-C) must
+    // not stop the broker before Laneway drains; see process-lifetime.ts.
+    const child = spawn(binary, ["-c", configPath], { stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const watchdog = child.pid === undefined ? undefined : watchParentLifetime(child.pid);
     child.stdout?.on("data", (chunk: Buffer) => logs.write(chunk));
     child.stderr?.on("data", (chunk: Buffer) => logs.write(chunk));
     let spawnError: Error | undefined;
@@ -186,7 +194,10 @@ export class EmbeddedNatsServer {
       });
     });
     liveChildren.add(child);
-    void exit.then(() => liveChildren.delete(child));
+    void exit.then(() => {
+      liveChildren.delete(child);
+      watchdog?.kill("SIGKILL");
+    });
 
     let port: number;
     try {
