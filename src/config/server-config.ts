@@ -358,7 +358,7 @@ function resolveServerBin(raw: Raw, cwd: string, embedded: boolean): string {
     }
     if (!ok) {
       throw new ServerConfigError(
-        `${raw.source} does not name an executable file (install the nats-server package, or use --nats-url for an existing server)`,
+        `${raw.source} does not name an executable file: install nats-server with apt-get install -y nats-server, or use --nats-url for an existing server`,
         raw.source,
       );
     }

@@ -11,6 +11,11 @@ import * as net from "node:net";
  * HTTP/2 client preface (`PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n`) selects the http2
  * server (gRPC, Connect over h2), anything else the http1 server (curl,
  * Connect JSON over HTTP/1.1, gRPC-Web).
+ *
+ * Because the http1 and http2 servers never listen themselves, Node's own
+ * connection tracking (`closeIdleConnections`) does not apply; the listener
+ * tracks each connection's protocol and open requests so that shutdown can
+ * close idle connections at once and busy ones right after their response.
  */
 
 const preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -23,39 +28,49 @@ export interface ListenerCloseResult {
   readonly drained: boolean;
 }
 
+/** A connection's protocol once sniffed, and its open HTTP/1.1 requests. */
+interface Connection {
+  protocol: "sniffing" | "http1" | "http2";
+  openRequests: number;
+}
+
 export class DualProtocolListener {
   private readonly tcp: net.Server;
   private readonly http1: http.Server;
   private readonly http2: http2.Http2Server;
-  private readonly sockets = new Set<net.Socket>();
+  private readonly connections = new Map<net.Socket, Connection>();
   private readonly sessions = new Set<http2.ServerHttp2Session>();
   private readonly idleWaiters: (() => void)[] = [];
   private closing = false;
 
   constructor(handler: RequestHandler) {
-    this.http1 = http.createServer(handler as http.RequestListener);
-    // Keep-alive connections idle longer than this are closed by the server.
-    this.http1.keepAliveTimeout = 5_000;
-    // A keep-alive connection that finishes a request while the listener is
-    // closing becomes idle; close it then instead of at keepAliveTimeout.
-    this.http1.on("request", (_req: http.IncomingMessage, res: http.ServerResponse) => {
-      res.once("finish", () => {
-        if (this.closing) setImmediate(() => this.http1.closeIdleConnections());
+    this.http1 = http.createServer((req, res) => {
+      const connection = this.connections.get(req.socket);
+      if (connection) connection.openRequests += 1;
+      if (this.closing) res.setHeader("Connection", "close");
+      res.once("close", () => {
+        if (!connection) return;
+        connection.openRequests -= 1;
+        if (this.closing && connection.openRequests === 0) req.socket.end();
       });
+      handler(req, res);
     });
+    this.http1.keepAliveTimeout = 5_000;
     this.http2 = http2.createServer({}, handler as (req: http2.Http2ServerRequest, res: http2.Http2ServerResponse) => void);
     this.http2.on("session", (session) => {
       this.sessions.add(session);
       session.once("close", () => this.sessions.delete(session));
+      if (this.closing) session.close();
     });
     this.tcp = net.createServer((socket) => this.route(socket));
   }
 
   private route(socket: net.Socket): void {
-    this.sockets.add(socket);
+    const connection: Connection = { protocol: "sniffing", openRequests: 0 };
+    this.connections.set(socket, connection);
     socket.once("close", () => {
-      this.sockets.delete(socket);
-      if (this.sockets.size === 0) for (const waiter of this.idleWaiters.splice(0)) waiter();
+      this.connections.delete(socket);
+      if (this.connections.size === 0) for (const waiter of this.idleWaiters.splice(0)) waiter();
     });
     socket.on("error", () => socket.destroy());
     let received = Buffer.alloc(0);
@@ -67,6 +82,7 @@ export class DualProtocolListener {
       socket.off("data", onData);
       socket.pause();
       socket.unshift(received);
+      connection.protocol = prefixMatches ? "http2" : "http1";
       (prefixMatches ? this.http2 : this.http1).emit("connection", socket);
       process.nextTick(() => socket.resume());
     };
@@ -85,24 +101,21 @@ export class DualProtocolListener {
     });
   }
 
-  /** The number of open connections (for tests and diagnostics). */
-  get connections(): number {
-    return this.sockets.size;
-  }
-
   /**
-   * Stops accepting connections, asks open ones to finish (idle HTTP/1.1
-   * connections close at once, HTTP/2 sessions get GOAWAY and end after
-   * their open streams), and at the deadline calls `onDeadline` (to cancel
-   * the calls still running) and destroys whatever is still open.
+   * Stops accepting connections and asks open ones to finish: idle
+   * HTTP/1.1 connections (and ones that never sent a request) close at
+   * once, busy ones after their last response, HTTP/2 sessions get GOAWAY
+   * and end after their open streams. At the deadline it calls `onDeadline`
+   * (to cancel the calls still running) and destroys whatever is still open.
    */
   async close(deadlineMs: number, onDeadline?: () => void): Promise<ListenerCloseResult> {
     this.closing = true;
     const stopped = new Promise<void>((resolve) => this.tcp.close(() => resolve()));
-    this.http1.close();
-    this.http1.closeIdleConnections();
+    for (const [socket, connection] of this.connections) {
+      if (connection.protocol !== "http2" && connection.openRequests === 0) socket.end();
+    }
     for (const session of this.sessions) session.close();
-    const allClosed = this.sockets.size === 0 ? Promise.resolve() : new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+    const allClosed = this.connections.size === 0 ? Promise.resolve() : new Promise<void>((resolve) => this.idleWaiters.push(resolve));
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<"deadline">((resolve) => {
       timer = setTimeout(() => resolve("deadline"), deadlineMs);
@@ -111,10 +124,13 @@ export class DualProtocolListener {
     clearTimeout(timer);
     if (outcome === "deadline") {
       onDeadline?.();
+      // Give canceled handlers a moment to send their final frames.
+      await new Promise((r) => setTimeout(r, 50));
       for (const session of this.sessions) session.destroy();
-      for (const socket of this.sockets) socket.destroy();
+      for (const socket of this.connections.keys()) socket.destroy();
     }
     await stopped;
+    this.http1.close();
     this.http2.close();
     return { drained: outcome === "closed" };
   }

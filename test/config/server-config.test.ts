@@ -177,8 +177,8 @@ describe("errors name the flag or variable and never echo secrets or URLs", () =
     ["shutdown timeout negative", [], { LANEWAY_SHUTDOWN_TIMEOUT: "-1s" }, "LANEWAY_SHUTDOWN_TIMEOUT must be at least 0s, got -1s"],
     ["shutdown timeout not a duration", ["--shutdown-timeout", "10"], {}, '--shutdown-timeout must be a Go duration such as "10s" or "1m30s"'],
     ["demo env not boolean", [], { LANEWAY_DEMO: "yes" }, "LANEWAY_DEMO must be 1 or 0"],
-    ["nats-server binary missing", ["--nats-server-bin", join(work, "nope")], {}, "--nats-server-bin does not name an executable file (install the nats-server package, or use --nats-url for an existing server)"],
-    ["nats-server binary not executable", [], { LANEWAY_NATS_SERVER_BIN: notExecutable }, "LANEWAY_NATS_SERVER_BIN does not name an executable file (install the nats-server package, or use --nats-url for an existing server)"],
+    ["nats-server binary missing", ["--nats-server-bin", join(work, "nope")], {}, "--nats-server-bin does not name an executable file: install nats-server with apt-get install -y nats-server, or use --nats-url for an existing server"],
+    ["nats-server binary not executable", [], { LANEWAY_NATS_SERVER_BIN: notExecutable }, "LANEWAY_NATS_SERVER_BIN does not name an executable file: install nats-server with apt-get install -y nats-server, or use --nats-url for an existing server"],
     ["operator token too short", [], { LANEWAY_ADMIN_TOKEN: "short" }, "LANEWAY_ADMIN_TOKEN must be 32 to 4096 bytes, got 5"],
     ["operator token too long", [], { LANEWAY_ADMIN_TOKEN: "x".repeat(4097) }, "LANEWAY_ADMIN_TOKEN must be 32 to 4096 bytes, got 4097"],
   ];

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { BrokerConnection } from "../../src/nats/broker-connection.js";
 import { BrokerPermissionError, BrokerUnavailableError } from "../../src/nats/errors.js";
 import { removeAllNatsServers, startNatsServer } from "../helpers/nats-server.js";
-import { waitFor } from "./wait-for.js";
+import { waitFor } from "../helpers/wait-for.js";
 
 afterAll(removeAllNatsServers);
 
