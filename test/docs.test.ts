@@ -1,0 +1,109 @@
+import { execFile } from "node:child_process";
+import { mkdtemp, readdir, readFile, rm, symlink } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, describe, expect, test } from "vitest";
+import { loadStartupConfig } from "../src/config/index.js";
+import { silentLogger } from "../src/log/logger.js";
+import { LanewayServer } from "../src/server/laneway-server.js";
+import { repoRoot } from "./helpers/laneway.js";
+
+/**
+ * The README and docs/ cannot rot: their examples run here against a real
+ * Laneway started exactly like `npm start` (demo mode, embedded
+ * nats-server), one fresh server per page.
+ *
+ * - A ```` ```sh test ```` block runs with bash in a directory whose
+ *   `.laneway` is the server's data directory, with the documented address
+ *   `http://127.0.0.1:7600` replaced by the test server's. When the next
+ *   block is ```` ```json ````, the output must contain it (objects may have
+ *   more fields; arrays match element by element).
+ * - A ```` ```ts <path> ```` block must be exactly the file at that path,
+ *   which is run with node; a following ```` ```text ```` block is its
+ *   expected output.
+ */
+
+const run = promisify(execFile);
+
+interface Block {
+  readonly info: string;
+  readonly body: string;
+  readonly line: number;
+}
+
+function blocksOf(markdown: string): Block[] {
+  const blocks: Block[] = [];
+  const lines = markdown.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^```(.*)$/.exec(lines[i]!);
+    if (!open) continue;
+    const start = i;
+    const body: string[] = [];
+    for (i++; i < lines.length && lines[i] !== "```"; i++) body.push(lines[i]!);
+    blocks.push({ info: open[1]!.trim(), body: body.join("\n") + "\n", line: start + 1 });
+  }
+  return blocks;
+}
+
+const pages = ["README.md", ...(await readdir(join(repoRoot, "docs"))).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+const scratch: string[] = [];
+
+afterAll(async () => {
+  for (const dir of scratch) await rm(dir, { recursive: true, force: true });
+});
+
+async function startDemo(): Promise<{ server: LanewayServer; cwd: string }> {
+  const cwd = await mkdtemp(join(tmpdir(), "laneway-docs-"));
+  scratch.push(cwd);
+  // `npx buf` in the examples resolves to the repository's own buf.
+  await symlink(join(repoRoot, "node_modules"), join(cwd, "node_modules"));
+  const startup = await loadStartupConfig(["--demo", "--listen", "127.0.0.1:0"], { PATH: process.env.PATH }, { cwd });
+  const server = await LanewayServer.start({ startup, logger: silentLogger });
+  return { server, cwd };
+}
+
+for (const page of pages) {
+  const markdown = await readFile(join(repoRoot, page), "utf8");
+  const blocks = blocksOf(markdown);
+  const runnable = blocks.filter((b) => b.info === "sh test" || b.info.startsWith("ts "));
+  if (runnable.length === 0) continue;
+
+  describe(page, () => {
+    let demo: { server: LanewayServer; cwd: string };
+
+    test("its examples run as printed", async () => {
+      demo = await startDemo();
+      try {
+        const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: demo.cwd, LANEWAY_ADDRESS: demo.server.url };
+        for (let i = 0; i < blocks.length; i++) {
+          const block = blocks[i]!;
+          const next = blocks[i + 1];
+          const where = `${page}:${block.line}`;
+          if (block.info === "sh test") {
+            const script = block.body.replaceAll("http://127.0.0.1:7600", demo.server.url);
+            const { stdout } = await run("bash", ["-euo", "pipefail", "-c", script], { cwd: demo.cwd, env }).catch((error: { stderr?: string }) => {
+              throw new Error(`${where} failed: ${error.stderr ?? String(error)}`);
+            });
+            if (next?.info === "json") {
+              expect(JSON.parse(stdout), where).toMatchObject(JSON.parse(next.body));
+            }
+          } else if (block.info.startsWith("ts ")) {
+            const path = block.info.slice(3).trim();
+            expect(block.body, `${where} must equal ${path}`).toBe(await readFile(join(repoRoot, path), "utf8"));
+            const tokens = Object.fromEntries(
+              (await readFile(join(demo.cwd, ".laneway/tokens.env"), "utf8"))
+                .trim()
+                .split("\n")
+                .map((l) => l.split("=", 2) as [string, string]),
+            );
+            const { stdout } = await run(process.execPath, ["--import", "tsx", join(repoRoot, path)], { cwd: repoRoot, env: { ...env, ...tokens } });
+            if (next?.info === "text") expect(stdout, where).toBe(next.body);
+          }
+        }
+      } finally {
+        await demo.server.close();
+      }
+    });
+  });
+}
