@@ -106,7 +106,9 @@ export function parseUint(name: string, value: string | undefined, fallback?: bi
 }
 
 /** The positional arguments a command needs, by name, or a usage error. */
-export function positionals(values: readonly string[], names: readonly string[], usage: string): string[] {
-  if (values.length !== names.length) throw new UsageError(`usage: ${usage}`);
+export function positionals(values: readonly string[], names: readonly string[]): string[] {
+  if (values.length !== names.length) {
+    throw new UsageError(names.length === 0 ? "this command takes no arguments" : `expected ${names.map((n) => `<${n}>`).join(" ")}`);
+  }
   return [...values];
 }

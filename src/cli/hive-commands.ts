@@ -45,7 +45,7 @@ const scope: CommandSpec = {
   summary: "create member_swarms and list every member with the swarms (all swarms when none given)",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { swarm: { type: "string", multiple: true } });
-    positionals(rest, [], scope.usage);
+    positionals(rest, []);
     printMessage(io, ScopeResponseSchema, await withHub(values, io, (c) => c.scope({ swarms: values.swarm ?? [] }, { signal: io.signal })));
   },
 };
@@ -56,7 +56,7 @@ const invite: CommandSpec = {
   summary: "register a member and print its invite (shown once)",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { "bus-url": { type: "string" } });
-    const [memberId] = positionals(rest, ["member"], invite.usage);
+    const [memberId] = positionals(rest, ["member"]);
     const res = await withHub(values, io, (c) => c.invite({ memberId, busUrl: values["bus-url"] ?? "" }, { signal: io.signal }));
     printMessage(io, InviteResponseSchema, res);
   },
@@ -68,7 +68,7 @@ const members: CommandSpec = {
   summary: "every member with its scope",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    positionals(rest, [], members.usage);
+    positionals(rest, []);
     printMessage(io, ListMembersResponseSchema, await withHub(values, io, (c) => c.listMembers({}, { signal: io.signal })));
   },
 };
@@ -79,7 +79,7 @@ const grant: CommandSpec = {
   summary: "the NATS permissions a member's next credential would carry",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    const [memberId] = positionals(rest, ["member"], grant.usage);
+    const [memberId] = positionals(rest, ["member"]);
     printMessage(io, RenderGrantResponseSchema, await withHub(values, io, (c) => c.renderGrant({ memberId }, { signal: io.signal })));
   },
 };
@@ -90,7 +90,7 @@ const migrateState: CommandSpec = {
   summary: "move retained revisions of keys from a legacy KV bucket into the swarm's state stream",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    if (rest.length < 3) throw new UsageError(`usage: laneway hive ${migrateState.usage}`);
+    if (rest.length < 3) throw new UsageError("expected <swarm> <bucket> <key>...");
     const [swarm, bucket, ...keys] = rest as [string, string, ...string[]];
     printMessage(io, MigrateStateResponseSchema, await withHub(values, io, (c) => c.migrateState({ swarm, bucket, keys }, { signal: io.signal })));
   },
@@ -102,7 +102,7 @@ const migrateQueue: CommandSpec = {
   summary: "move undelivered work of a legacy lane queue into the swarm's queue",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { "max-deliver": { type: "string" }, "ack-wait": { type: "string" } });
-    const [swarm, name] = positionals(rest, ["swarm", "queue"], migrateQueue.usage);
+    const [swarm, name] = positionals(rest, ["swarm", "queue"]);
     let ackWaitMs: number | undefined;
     if (values["ack-wait"] !== undefined) {
       try {
@@ -125,7 +125,7 @@ const migrateDead: CommandSpec = {
   summary: "copy a swarm's letters from the shared dead letter stream into its own",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    const [swarm] = positionals(rest, ["swarm"], migrateDead.usage);
+    const [swarm] = positionals(rest, ["swarm"]);
     printMessage(io, MigrateDeadResponseSchema, await withHub(values, io, (c) => c.migrateDead({ swarm }, { signal: io.signal })));
   },
 };
@@ -136,7 +136,7 @@ const join: CommandSpec = {
   summary: "as a member (invite secret as the token): mint the first credential",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    positionals(rest, [], join.usage);
+    positionals(rest, []);
     printMessage(io, JoinResponseSchema, await withMember(values, io, (c) => c.join({}, { signal: io.signal })));
   },
 };
@@ -147,7 +147,7 @@ const refresh: CommandSpec = {
   summary: "as a member: mint a new credential from the current signer record",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    positionals(rest, [], refresh.usage);
+    positionals(rest, []);
     printMessage(io, RefreshResponseSchema, await withMember(values, io, (c) => c.refresh({}, { signal: io.signal })));
   },
 };

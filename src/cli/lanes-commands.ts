@@ -61,7 +61,7 @@ const registry: CommandSpec = {
   summary: "the lanes and capabilities of the calling project",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    positionals(rest, [], "laneway lanes registry");
+    positionals(rest, []);
     const res = await withLanes(values, io, (c) => c.getRegistry({}, { signal: io.signal }));
     printMessage(io, GetRegistryResponseSchema, res);
   },
@@ -80,7 +80,7 @@ const publish: CommandSpec = {
       "payload-file": { type: "string" },
       provenance: { type: "string" },
     });
-    const [lane] = positionals(rest, ["lane"], publish.usage);
+    const [lane] = positionals(rest, ["lane"]);
     if (!values.id || !values.schema) throw new UsageError("--id and --schema are required");
     const kind = values.kind === "event" ? RecordKind.EVENT : values.kind === "work" ? RecordKind.WORK : undefined;
     if (kind === undefined) throw new UsageError("--kind must be event or work");
@@ -101,7 +101,7 @@ const replay: CommandSpec = {
   summary: "one page of events after a cursor",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { cursor: { type: "string" }, "max-events": { type: "string" } });
-    const [lane] = positionals(rest, ["lane"], replay.usage);
+    const [lane] = positionals(rest, ["lane"]);
     const res = await withLanes(values, io, (c) =>
       c.replay(
         { lane, cursor: parseUint("cursor", values.cursor, 0n), maxEvents: Number(parseUint("max-events", values["max-events"], 0n)) },
@@ -118,7 +118,7 @@ const follow: CommandSpec = {
   summary: "tail a lane's events (one JSON page per line) until interrupted",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { cursor: { type: "string" } });
-    const [lane] = positionals(rest, ["lane"], follow.usage);
+    const [lane] = positionals(rest, ["lane"]);
     await withLanes(values, io, async (c) => {
       for await (const page of c.follow({ lane, cursor: parseUint("cursor", values.cursor, 0n) }, { signal: io.signal })) {
         printLine(io, FollowResponseSchema, page);
@@ -133,7 +133,7 @@ const claim: CommandSpec = {
   summary: "lease the next work record of a group (empty output field when none)",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { wait: { type: "string" } });
-    const [lane, group] = positionals(rest, ["lane", "group"], claim.usage);
+    const [lane, group] = positionals(rest, ["lane", "group"]);
     const waitMs = durationMs("wait", values.wait);
     const res = await withLanes(values, io, (c) => c.claim({ lane, group, wait: durationFromMs(waitMs) }, { signal: io.signal }));
     printMessage(io, ClaimResponseSchema, res);
@@ -148,7 +148,7 @@ function receiptCommand(name: "renew" | "ack" | "nack", summary: string): Comman
     summary,
     async run(args, io) {
       const { values, positionals: rest } = parseCommand(args, { sequence: { type: "string" }, receipt: { type: "string" } });
-      const [lane, group] = positionals(rest, ["lane", "group"], usage);
+      const [lane, group] = positionals(rest, ["lane", "group"]);
       const req = { lane, group, sequence: parseUint("sequence", values.sequence), receipt: receiptOf(values, io) };
       await withLanes(values, io, async (c) => {
         if (name === "renew") printMessage(io, RenewResponseSchema, await c.renew(req, { signal: io.signal }));
@@ -165,7 +165,7 @@ const inspect: CommandSpec = {
   summary: "the persisted ledger of a work group",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
-    const [lane, group] = positionals(rest, ["lane", "group"], inspect.usage);
+    const [lane, group] = positionals(rest, ["lane", "group"]);
     printMessage(io, InspectGroupResponseSchema, await withLanes(values, io, (c) => c.inspectGroup({ lane, group }, { signal: io.signal })));
   },
 };
@@ -182,7 +182,7 @@ const recover: CommandSpec = {
       expired: { type: "string", multiple: true },
       missing: { type: "string", multiple: true },
     });
-    const [lane, group] = positionals(rest, ["lane", "group"], recover.usage);
+    const [lane, group] = positionals(rest, ["lane", "group"]);
     if (!values.id) throw new UsageError("--id is required");
     const expired = (values.expired ?? []).map((entry) => {
       const match = /^(\d{1,20}):([0-9a-f]{64})$/.exec(entry);

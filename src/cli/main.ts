@@ -69,7 +69,15 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       io.stdout(`usage: laneway ${group.name} ${spec.usage}\n  ${spec.summary}\n\n${clientHelp}\n`);
       return 0;
     }
-    await spec.run(args, io);
+    try {
+      await spec.run(args, io);
+    } catch (error) {
+      if (error instanceof UsageError) {
+        io.stderr(`laneway: ${error.message}\nusage: laneway ${group.name} ${spec.usage}\n`);
+        return 2;
+      }
+      throw error;
+    }
     return 0;
   } catch (error) {
     if (error instanceof UsageError) {
@@ -84,8 +92,8 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
   }
 }
 
-/** Runs the CLI as the process's program. */
-async function main(): Promise<void> {
+/** Runs the CLI as the process's program (bin/laneway.js, or this file run directly). */
+export async function main(): Promise<void> {
   const controller = new AbortController();
   const argv = process.argv.slice(2);
   if (argv[0] !== "serve") {
@@ -104,6 +112,6 @@ async function main(): Promise<void> {
   setImmediate(() => process.exit(code));
 }
 
-if (import.meta.url === `file://${process.argv[1]}` || process.argv[1]?.endsWith("/src/cli/main.ts")) {
+if (process.argv[1] !== undefined && import.meta.filename === process.argv[1]) {
   await main();
 }

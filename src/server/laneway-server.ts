@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
@@ -153,6 +154,8 @@ export class LanewayServer {
         operatorToken: server.adminToken,
       });
       const shutdown = new AbortController();
+      // Every in-flight call links its own signal to this one.
+      setMaxListeners(0, shutdown.signal);
       const routes = (router: ConnectRouter) => {
         // Without a lanes configuration there is no project token and no
         // lane: LaneService is not served at all (clients get unimplemented).

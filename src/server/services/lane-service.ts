@@ -2,12 +2,13 @@ import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
+  type GetRegistryResponse,
   GetRegistryResponseSchema,
   LaneAccessSchema,
   LaneBoundsSchema,
   LaneService,
 } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
-import type { LaneRegistry } from "../../lanes/index.js";
+import type { LaneRegistry, RegistryView } from "../../lanes/index.js";
 import { principalOf } from "../auth.js";
 import { notBuilt } from "../not-built.js";
 
@@ -17,36 +18,18 @@ import { notBuilt } from "../not-built.js";
  * lanes core and answer `unimplemented` until then.
  */
 export function laneServiceImpl(registry: LaneRegistry): ServiceImpl<typeof LaneService> {
+  // The registry is immutable for the life of the process: build each
+  // project's answer once instead of on every call.
+  const answers = new Map<string, GetRegistryResponse>();
   return {
     getRegistry(_req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const view = registry.viewFor(project);
-      const b = view.bounds;
-      return create(GetRegistryResponseSchema, {
-        project: view.project,
-        namespace: view.namespace,
-        lanes: view.lanes.map((lane) =>
-          create(LaneAccessSchema, {
-            lane: lane.lane,
-            owner: lane.owner,
-            publish: lane.publish,
-            subscribe: lane.subscribe,
-            groups: [...lane.groups],
-            recoverGroups: [...lane.recoverGroups],
-          }),
-        ),
-        bounds: create(LaneBoundsSchema, {
-          lease: durationFromMs(b.leaseMs),
-          maxPending: b.maxPending,
-          maxLedger: b.maxLedger,
-          retryDelay: durationFromMs(b.retryDelayMs),
-          maxRetryDelay: durationFromMs(b.maxRetryDelayMs),
-          ackRetention: durationFromMs(b.ackRetentionMs),
-          retention: durationFromMs(b.retentionMs),
-          maxPayload: BigInt(b.maxPayload),
-          operationTimeout: durationFromMs(b.operationTimeoutMs),
-        }),
-      });
+      let answer = answers.get(project);
+      if (answer === undefined) {
+        answer = registryResponse(registry.viewFor(project));
+        answers.set(project, answer);
+      }
+      return answer;
     },
     publish() {
       throw notBuilt("lanes", "Publish (durable lane publishing)");
@@ -76,4 +59,33 @@ export function laneServiceImpl(registry: LaneRegistry): ServiceImpl<typeof Lane
       throw notBuilt("lanes", "RecoverGroup (explicit gap recovery)");
     },
   };
+}
+
+function registryResponse(view: RegistryView): GetRegistryResponse {
+  const b = view.bounds;
+  return create(GetRegistryResponseSchema, {
+    project: view.project,
+    namespace: view.namespace,
+    lanes: view.lanes.map((lane) =>
+      create(LaneAccessSchema, {
+        lane: lane.lane,
+        owner: lane.owner,
+        publish: lane.publish,
+        subscribe: lane.subscribe,
+        groups: [...lane.groups],
+        recoverGroups: [...lane.recoverGroups],
+      }),
+    ),
+    bounds: create(LaneBoundsSchema, {
+      lease: durationFromMs(b.leaseMs),
+      maxPending: b.maxPending,
+      maxLedger: b.maxLedger,
+      retryDelay: durationFromMs(b.retryDelayMs),
+      maxRetryDelay: durationFromMs(b.maxRetryDelayMs),
+      ackRetention: durationFromMs(b.ackRetentionMs),
+      retention: durationFromMs(b.retentionMs),
+      maxPayload: BigInt(b.maxPayload),
+      operationTimeout: durationFromMs(b.operationTimeoutMs),
+    }),
+  });
 }

@@ -1,0 +1,19 @@
+/**
+ * `npm run bench [name...]`: runs Laneway's benchmarks, each printing
+ * figures and ratios against a baseline measured in the same run.
+ */
+import { serverOverhead } from "./server-overhead.js";
+
+const benchmarks: Record<string, () => Promise<void>> = {
+  "server-overhead": serverOverhead,
+};
+
+const selected = process.argv.slice(2);
+for (const name of selected.length > 0 ? selected : Object.keys(benchmarks)) {
+  const benchmark = benchmarks[name];
+  if (!benchmark) {
+    console.error(`unknown benchmark ${name}; known: ${Object.keys(benchmarks).join(", ")}`);
+    process.exit(2);
+  }
+  await benchmark();
+}

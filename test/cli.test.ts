@@ -1,0 +1,87 @@
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { repoRoot, startLanewayInProcess, type InProcessLaneway } from "./helpers/laneway.js";
+
+/**
+ * The `laneway` command against a running server: it calls the service
+ * through the generated client on each protocol, prints protobuf JSON, and
+ * reports failures as one line with the code and reason and a nonzero exit
+ * code, never echoing the token.
+ */
+
+const execFileAsync = promisify(execFile);
+let laneway: InProcessLaneway;
+
+beforeAll(async () => {
+  laneway = await startLanewayInProcess();
+});
+
+afterAll(async () => {
+  await laneway?.stop();
+});
+
+async function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await execFileAsync(join(repoRoot, "bin/laneway.js"), args, {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LANEWAY_ADDRESS: laneway.url, ...env },
+    });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe.each(["connect-json", "connect-binary", "grpc", "grpc-web"])("over %s", (protocol) => {
+  test("lanes registry prints the caller's registry as JSON", async () => {
+    const result = await cli(["lanes", "registry", "--protocol", protocol], { LANEWAY_TOKEN: laneway.tokens.beacon });
+    expect(result.code).toBe(0);
+    const registry = JSON.parse(result.stdout);
+    expect(registry.project).toBe("beacon");
+    expect(registry.lanes[0].groups).toEqual(["summarizers"]);
+  });
+});
+
+test("--token-env selects the variable that holds the token", async () => {
+  const result = await cli(["lanes", "registry", "--token-env", "ATLAS_LANE_TOKEN"], { ATLAS_LANE_TOKEN: laneway.tokens.atlas });
+  expect(JSON.parse(result.stdout).project).toBe("atlas");
+});
+
+test("a refused call prints code, reason and message on one line and exits 1", async () => {
+  const result = await cli(["lanes", "registry"], { LANEWAY_TOKEN: laneway.tokens.admin });
+  expect(result.code).toBe(1);
+  expect(result.stderr).toBe(
+    "laneway: permission_denied (forbidden): the operator token cannot call laneway.lane.v1.LaneService: it needs a project token\n",
+  );
+  expect(result.stderr).not.toContain(laneway.tokens.admin);
+});
+
+test("an operation whose core is not built exits 1 with unimplemented", async () => {
+  const result = await cli(["lanes", "publish", "measurements", "--id", "one", "--kind", "event", "--schema", "s-v1", "--payload", "{}"], {
+    LANEWAY_TOKEN: laneway.tokens.atlas,
+  });
+  expect(result.code).toBe(1);
+  expect(result.stderr).toMatch(/^laneway: unimplemented \(unimplemented\): Publish/);
+});
+
+test("usage mistakes exit 2 without echoing arguments", async () => {
+  const unknownOption = await cli(["lanes", "registry", "--token", "secret-value-0123456789"]);
+  expect(unknownOption.code).toBe(2);
+  expect(unknownOption.stderr).not.toContain("secret-value");
+  const missing = await cli(["lanes", "claim", "measurements"]);
+  expect(missing.code).toBe(2);
+  expect(missing.stderr).toContain("usage: laneway lanes claim <lane> <group>");
+  const unknownCommand = await cli(["lanes", "frobnicate"]);
+  expect(unknownCommand.code).toBe(2);
+});
+
+test("health and version need no token", async () => {
+  const health = await cli(["health", "laneway.nats"]);
+  expect(health.code).toBe(0);
+  expect(JSON.parse(health.stdout).status).toBe("SERVING");
+  const version = await cli(["version"]);
+  expect(version.stdout).toMatch(/^laneway \d+\.\d+\.\d+\n$/);
+});
