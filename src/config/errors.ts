@@ -7,9 +7,12 @@
  * can branch on the class instead of parsing text.
  */
 
+import { safeMessage } from "../log/safe-message.js";
+
 /** Base class of every error raised while loading Laneway configuration. */
 export class ConfigError extends Error {
   override readonly name: string = "ConfigError";
+  readonly [safeMessage] = true as const;
 }
 
 /**

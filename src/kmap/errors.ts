@@ -1,3 +1,5 @@
+import { safeMessage } from "../log/safe-message.js";
+
 /**
  * Typed failures of the Kmap command lane. The specification's public error
  * enum is `InvalidInput`, `Conflict` or `Internal`; `not_found` is added for
@@ -11,6 +13,7 @@ export type KmapErrorCode = "invalid_input" | "conflict" | "not_found" | "intern
  */
 export class KmapError extends Error {
   override readonly name = "KmapError";
+  readonly [safeMessage] = true as const;
 
   constructor(
     readonly code: KmapErrorCode,

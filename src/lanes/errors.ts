@@ -1,3 +1,5 @@
+import { safeMessage } from "../log/safe-message.js";
+
 /**
  * Typed failures of the lanes core. The codes are the specification's JSON
  * code values, which existing peers switch on; the server maps each to a
@@ -22,6 +24,7 @@ export type LaneErrorCode =
  */
 export class LaneError extends Error {
   override readonly name = "LaneError";
+  readonly [safeMessage] = true as const;
 
   constructor(
     readonly code: LaneErrorCode,

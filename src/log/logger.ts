@@ -1,3 +1,5 @@
+import { hasSafeMessage } from "./safe-message.js";
+
 /**
  * Structured logging: one JSON object per line on stderr.
  *
@@ -68,13 +70,13 @@ function parseLevel(value: string | undefined): LogLevel {
 
 /**
  * Describes an error for a log line without leaking it. Errors Laneway
- * constructs itself (those with a `code` string and an own class name from
- * the cores) carry messages written for callers, so their message is kept;
+ * constructs itself (marked with `safeMessage`) carry messages written for
+ * callers, so their message is kept;
  * anything else — a driver, socket or SQLite error — is reduced to its class
  * name and code, because its text may embed an address, a path or a secret.
  */
 export function safeErrorFields(error: unknown): LogFields {
-  if (error instanceof Error && isLanewayError(error)) {
+  if (hasSafeMessage(error)) {
     return { error: error.name, code: (error as { code?: string }).code, reason: error.message };
   }
   if (error instanceof Error) {
@@ -82,17 +84,4 @@ export function safeErrorFields(error: unknown): LogFields {
     return { error: error.constructor.name, code: typeof code === "string" || typeof code === "number" ? String(code) : undefined };
   }
   return { error: typeof error };
-}
-
-const lanewayErrorNames = new Set([
-  "LaneError",
-  "KmapError",
-  "SwarmError",
-  "LanesConfigError",
-  "ServerConfigError",
-  "BrokerUnavailableError",
-]);
-
-function isLanewayError(error: Error): boolean {
-  return lanewayErrorNames.has(error.name);
 }

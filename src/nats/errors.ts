@@ -21,6 +21,7 @@
  * `util.inspect` / `console.log(err)` and some log serialisers print
  * `cause`, so log `err.message` and the typed fields, never the error object.
  */
+import { safeMessage } from "../log/safe-message.js";
 import {
   AuthorizationError,
   ClosedConnectionError,
@@ -48,7 +49,9 @@ export type NatsFailureKind =
   | "unknown";
 
 /** Base class of every error this module throws. */
-export abstract class LanewayNatsError extends Error {}
+export abstract class LanewayNatsError extends Error {
+  readonly [safeMessage] = true as const;
+}
 
 /**
  * Base class of the errors a broker call can end in (what

@@ -1,3 +1,5 @@
+import { safeMessage } from "../log/safe-message.js";
+
 /**
  * Typed failures of swarm membership. Messages reproduce the specification's
  * exact texts (for example `the hub record lists no member swarms for hive
@@ -14,6 +16,7 @@ export type SwarmErrorCode =
 /** A swarm failure with a message fit for an operator or member. */
 export class SwarmError extends Error {
   override readonly name = "SwarmError";
+  readonly [safeMessage] = true as const;
 
   constructor(
     readonly code: SwarmErrorCode,
