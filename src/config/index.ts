@@ -42,7 +42,7 @@ export {
   type LanesConfig,
   type LanesConfigOptions,
 } from "./lanes-config.js";
-export { canonicalJson, REGISTRY_FORMAT_VERSION, registryDocument, serializeRegistry } from "./registry.js";
+export { REGISTRY_FORMAT_VERSION, registryDocument, serializeRegistry } from "./registry.js";
 export { laneCapabilities, projectCapabilities, type LaneCapabilities } from "./capabilities.js";
 export { findProjectByToken } from "./principal-token.js";
 export {

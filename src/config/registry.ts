@@ -20,10 +20,10 @@
  */
 import { formatGoDuration, millisToNanos } from "./duration.js";
 import type { LanesConfig } from "./lanes-config.js";
+import { canonicalJson, type Json } from "../encoding/canonical-json.js";
 
 export const REGISTRY_FORMAT_VERSION = 1;
 
-type Json = string | number | boolean | null | readonly Json[] | { readonly [key: string]: Json };
 
 const sorted = (values: Iterable<string>): string[] => [...values].sort();
 
@@ -66,15 +66,6 @@ export function registryDocument(config: Pick<LanesConfig, "namespace" | "princi
       operation_timeout: d(b.operationTimeoutMs),
     },
   };
-}
-
-/** JSON.stringify with object keys sorted at every level. */
-export function canonicalJson(value: Json): string {
-  if (value === null || typeof value !== "object") return JSON.stringify(value);
-  if (Array.isArray(value)) return `[${(value as readonly Json[]).map(canonicalJson).join(",")}]`;
-  const object = value as { readonly [key: string]: Json };
-  const keys = Object.keys(object).sort();
-  return `{${keys.map((key) => `${JSON.stringify(key)}:${canonicalJson(object[key] as Json)}`).join(",")}}`;
 }
 
 /**
