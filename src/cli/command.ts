@@ -19,6 +19,11 @@ export class UsageError extends Error {
   override readonly name = "UsageError";
 }
 
+/** The call succeeded but its outcome is a failure (a command Failed, a signature did not verify): exit code 1. */
+export class OutcomeError extends Error {
+  override readonly name = "OutcomeError";
+}
+
 /** Options every client command accepts. */
 export const clientOptions = {
   address: { type: "string" },

@@ -1,8 +1,9 @@
 import { ConnectError } from "@connectrpc/connect";
-import { describeFailure, UsageError, type CliIo } from "./command.js";
+import { describeFailure, OutcomeError, UsageError, type CliIo } from "./command.js";
 import { clientHelp, groupUsage, type CommandGroup } from "./command-group.js";
 import { healthCommand } from "./health-command.js";
 import { hiveCommands } from "./hive-commands.js";
+import { kmapCommands } from "./kmap-commands.js";
 import { lanesCommands } from "./lanes-commands.js";
 import { serveCommand } from "./serve.js";
 import { lanewayVersion } from "./version.js";
@@ -15,7 +16,7 @@ import { lanewayVersion } from "./version.js";
  * configuration error.
  */
 
-const groups: readonly CommandGroup[] = [lanesCommands, hiveCommands];
+const groups: readonly CommandGroup[] = [lanesCommands, hiveCommands, kmapCommands];
 
 const usage = `laneway ${"<command>"}
 
@@ -86,6 +87,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     }
     if (error instanceof ConnectError) {
       io.stderr(`laneway: ${describeFailure(error)}\n`);
+      return 1;
+    }
+    if (error instanceof OutcomeError) {
+      io.stderr(`laneway: ${error.message}\n`);
       return 1;
     }
     throw error;

@@ -1,0 +1,301 @@
+import { randomBytes } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import {
+  CommandSchema,
+  CommandState,
+  CommandRecordSchema,
+  type Command,
+} from "../../gen/laneway/kmap/v1/command_pb.js";
+import {
+  GetCommandResponseSchema,
+  KmapCommandService,
+  ListCommandsResponseSchema,
+  SubmitCommandResponseSchema,
+  WatchCommandsResponseSchema,
+} from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import {
+  GetNodeResponseSchema,
+  GetSigningKeyResponseSchema,
+  KmapReadService,
+  ListNodesResponseSchema,
+  ListTransactionsResponseSchema,
+} from "../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
+import { verifyTransaction } from "../client/verify-transaction.js";
+import { clientSettings, openClient, OutcomeError, parseCommand, parseUint, positionals, printLine, printMessage, UsageError, type CliIo } from "./command.js";
+import type { CommandGroup, CommandSpec } from "./command-group.js";
+
+/**
+ * `laneway kmap …`: administrator commands of the Kmap command lane and
+ * reads of the Kmap, on the generated client with the operator token
+ * (default variable LANEWAY_TOKEN; `--token-env LANEWAY_ADMIN_TOKEN` reads
+ * the operator token directly).
+ */
+
+type Values = Parameters<typeof clientSettings>[0];
+
+async function withService<S extends typeof KmapCommandService | typeof KmapReadService, T>(
+  service: S,
+  values: Values,
+  io: CliIo,
+  body: (client: ReturnType<typeof openClient<S>>["client"]) => Promise<T>,
+): Promise<T> {
+  const { client, transport } = openClient(service, clientSettings(values, io));
+  try {
+    return await body(client);
+  } finally {
+    transport.close();
+  }
+}
+
+function keyValues(option: string, entries: readonly string[] | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const entry of entries ?? []) {
+    const at = entry.indexOf("=");
+    if (at <= 0) throw new UsageError(`--${option} takes KEY=VALUE`);
+    out[entry.slice(0, at)] = entry.slice(at + 1);
+  }
+  return out;
+}
+
+const operationUsage = [
+  "create-node --kind K --title T [--body B] [--attr KEY=VALUE]... [--parent NODE]",
+  "update-node NODE [--kind K] [--title T] [--body B] [--set KEY=VALUE]... [--remove KEY]...",
+  "delete-node NODE",
+  "link FROM TO --type T",
+  "unlink FROM TO --type T",
+  "move NODE [--parent NODE]",
+];
+
+/** Builds the typed command from the operation's words and options. */
+function commandOf(operation: string | undefined, args: readonly string[], values: Record<string, string | boolean | string[] | undefined>): Command {
+  const str = (name: string) => values[name] as string | undefined;
+  const list = (name: string) => values[name] as string[] | undefined;
+  const need = (name: string) => {
+    const value = str(name);
+    if (value === undefined) throw new UsageError(`--${name} is required for ${operation}`);
+    return value;
+  };
+  switch (operation) {
+    case "create-node": {
+      positionals(args, []);
+      return create(CommandSchema, {
+        operation: {
+          case: "createNode",
+          value: { kind: need("kind"), title: need("title"), body: str("body") ?? "", attributes: keyValues("attr", list("attr")), parentId: str("parent") ?? "" },
+        },
+      });
+    }
+    case "update-node": {
+      const [nodeId] = positionals(args, ["node"]);
+      return create(CommandSchema, {
+        operation: {
+          case: "updateNode",
+          value: {
+            nodeId: nodeId!,
+            ...(str("kind") !== undefined ? { kind: str("kind") } : {}),
+            ...(str("title") !== undefined ? { title: str("title") } : {}),
+            ...(str("body") !== undefined ? { body: str("body") } : {}),
+            setAttributes: keyValues("set", list("set")),
+            removeAttributes: list("remove") ?? [],
+          },
+        },
+      });
+    }
+    case "delete-node": {
+      const [nodeId] = positionals(args, ["node"]);
+      return create(CommandSchema, { operation: { case: "deleteNode", value: { nodeId: nodeId! } } });
+    }
+    case "link":
+    case "unlink": {
+      const [fromId, toId] = positionals(args, ["from", "to"]);
+      const value = { fromId: fromId!, toId: toId!, linkType: need("type") };
+      return create(CommandSchema, { operation: operation === "link" ? { case: "linkNodes", value } : { case: "unlinkNodes", value } });
+    }
+    case "move": {
+      const [nodeId] = positionals(args, ["node"]);
+      return create(CommandSchema, { operation: { case: "moveNode", value: { nodeId: nodeId!, newParentId: str("parent") ?? "" } } });
+    }
+    default:
+      throw new UsageError(`the operation must be one of: ${operationUsage.map((u) => u.split(" ")[0]).join(", ")}`);
+  }
+}
+
+const submit: CommandSpec = {
+  name: "submit",
+  usage: `submit <operation> ... [--id ID] [--expect NODE=TRANSACTION]... [--wait]\n    operations: ${operationUsage.join("\n                ")}`,
+  summary: "queue a command; --wait follows it to Committed or Failed",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, {
+      id: { type: "string" },
+      expect: { type: "string", multiple: true },
+      wait: { type: "boolean" },
+      kind: { type: "string" },
+      title: { type: "string" },
+      body: { type: "string" },
+      attr: { type: "string", multiple: true },
+      parent: { type: "string" },
+      set: { type: "string", multiple: true },
+      remove: { type: "string", multiple: true },
+      type: { type: "string" },
+    });
+    const [operation, ...operands] = rest;
+    const command = commandOf(operation, operands, values);
+    const idempotencyId = values.id ?? randomBytes(16).toString("hex");
+    const expectedTransactionIds = keyValues("expect", values.expect);
+    await withService(KmapCommandService, values, io, async (client) => {
+      const submitted = await client.submitCommand({ idempotencyId, command, expectedTransactionIds }, { signal: io.signal });
+      if (!values.wait) {
+        printMessage(io, SubmitCommandResponseSchema, submitted);
+        return;
+      }
+      let record = submitted.record!;
+      const done = (r: typeof record) => r.state === CommandState.COMMITTED || r.state === CommandState.FAILED;
+      if (!done(record)) {
+        for await (const change of client.watchCommands({ afterPosition: submitted.position - 1n, idempotencyId }, { signal: io.signal })) {
+          record = change.record!;
+          if (done(record)) break;
+        }
+      }
+      printMessage(io, CommandRecordSchema, record);
+      if (record.state === CommandState.FAILED) throw new OutcomeError(`command ${idempotencyId} failed: ${record.error?.code}: ${record.error?.message}`);
+    });
+  },
+};
+
+const get: CommandSpec = {
+  name: "get",
+  usage: "get <idempotency-id>",
+  summary: "one command record",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, {});
+    const [idempotencyId] = positionals(rest, ["idempotency-id"]);
+    printMessage(io, GetCommandResponseSchema, await withService(KmapCommandService, values, io, (c) => c.getCommand({ idempotencyId: idempotencyId! }, { signal: io.signal })));
+  },
+};
+
+const stateNames: Record<string, CommandState> = {
+  queued: CommandState.QUEUED,
+  applying: CommandState.APPLYING,
+  committed: CommandState.COMMITTED,
+  failed: CommandState.FAILED,
+};
+
+const list: CommandSpec = {
+  name: "list",
+  usage: "list [--state queued|applying|committed|failed] [--page-size N] [--page-token T]",
+  summary: "command records in submission order, one page",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, { state: { type: "string" }, "page-size": { type: "string" }, "page-token": { type: "string" } });
+    positionals(rest, []);
+    const state = values.state === undefined ? CommandState.UNSPECIFIED : stateNames[values.state];
+    if (state === undefined) throw new UsageError("--state must be queued, applying, committed or failed");
+    const res = await withService(KmapCommandService, values, io, (c) =>
+      c.listCommands({ state, pageSize: Number(parseUint("page-size", values["page-size"], 0n)), pageToken: values["page-token"] ?? "" }, { signal: io.signal }),
+    );
+    printMessage(io, ListCommandsResponseSchema, res);
+  },
+};
+
+const watch: CommandSpec = {
+  name: "watch",
+  usage: "watch [--after POSITION] [--id IDEMPOTENCY-ID]",
+  summary: "every record change after a position, one JSON line each, until interrupted",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, { after: { type: "string" }, id: { type: "string" } });
+    positionals(rest, []);
+    await withService(KmapCommandService, values, io, async (c) => {
+      for await (const change of c.watchCommands({ afterPosition: parseUint("after", values.after, 0n), idempotencyId: values.id ?? "" }, { signal: io.signal })) {
+        printLine(io, WatchCommandsResponseSchema, change);
+      }
+    });
+  },
+};
+
+const nodes: CommandSpec = {
+  name: "nodes",
+  usage: "nodes [--parent NODE] [--page-size N] [--page-token T]",
+  summary: "Kmap nodes ordered by id, one page",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, { parent: { type: "string" }, "page-size": { type: "string" }, "page-token": { type: "string" } });
+    positionals(rest, []);
+    const res = await withService(KmapReadService, values, io, (c) =>
+      c.listNodes({ parentId: values.parent ?? "", pageSize: Number(parseUint("page-size", values["page-size"], 0n)), pageToken: values["page-token"] ?? "" }, { signal: io.signal }),
+    );
+    printMessage(io, ListNodesResponseSchema, res);
+  },
+};
+
+const node: CommandSpec = {
+  name: "node",
+  usage: "node <node-id>",
+  summary: "one node with its links and visible transaction id",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, {});
+    const [nodeId] = positionals(rest, ["node-id"]);
+    printMessage(io, GetNodeResponseSchema, await withService(KmapReadService, values, io, (c) => c.getNode({ nodeId: nodeId! }, { signal: io.signal })));
+  },
+};
+
+const transactions: CommandSpec = {
+  name: "transactions",
+  usage: "transactions [--node NODE] [--provenance IDEMPOTENCY-ID] [--page-size N] [--page-token T]",
+  summary: "signed transactions in commit order, one page",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, {
+      node: { type: "string" },
+      provenance: { type: "string" },
+      "page-size": { type: "string" },
+      "page-token": { type: "string" },
+    });
+    positionals(rest, []);
+    const res = await withService(KmapReadService, values, io, (c) =>
+      c.listTransactions(
+        {
+          nodeId: values.node ?? "",
+          provenance: values.provenance ?? "",
+          pageSize: Number(parseUint("page-size", values["page-size"], 0n)),
+          pageToken: values["page-token"] ?? "",
+        },
+        { signal: io.signal },
+      ),
+    );
+    printMessage(io, ListTransactionsResponseSchema, res);
+  },
+};
+
+const key: CommandSpec = {
+  name: "key",
+  usage: "key",
+  summary: "the Ed25519 public key that signs transactions",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, {});
+    positionals(rest, []);
+    printMessage(io, GetSigningKeyResponseSchema, await withService(KmapReadService, values, io, (c) => c.getSigningKey({}, { signal: io.signal })));
+  },
+};
+
+const verify: CommandSpec = {
+  name: "verify",
+  usage: "verify <transaction-id>",
+  summary: "check a transaction's signature and fields against the served public key",
+  async run(args, io) {
+    const { values, positionals: rest } = parseCommand(args, {});
+    const [transactionId] = positionals(rest, ["transaction-id"]);
+    await withService(KmapReadService, values, io, async (c) => {
+      const [{ transaction }, signingKey] = await Promise.all([
+        c.getTransaction({ transactionId: transactionId! }, { signal: io.signal }),
+        c.getSigningKey({}, { signal: io.signal }),
+      ]);
+      const problem = verifyTransaction(transaction!, signingKey.publicKey);
+      if (problem) throw new OutcomeError(`transaction ${transactionId} does not verify: ${problem}`);
+      io.stdout(`transaction ${transactionId} verifies with key ${signingKey.keyId}\n`);
+    });
+  },
+};
+
+export const kmapCommands: CommandGroup = {
+  name: "kmap",
+  summary: "the Kmap command lane (operator token)",
+  commands: [submit, get, list, watch, nodes, node, transactions, key, verify],
+};
+

@@ -1,0 +1,111 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import {
+  CommandErrorSchema,
+  CommandRecordSchema,
+  CommandState as ProtoCommandState,
+  SubmissionSchema,
+  type CommandRecord as ProtoCommandRecord,
+} from "../../../gen/laneway/kmap/v1/command_pb.js";
+import {
+  CommandEventKind as ProtoEventKind,
+  KmapCommandService,
+  WatchCommandsResponseSchema,
+} from "../../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import { KmapError, type CommandEventKind, type CommandLane, type CommandRecord, type CommandState } from "../../kmap/index.js";
+import { decodePageToken, encodePageToken, pageSize } from "../paging.js";
+
+/**
+ * KmapCommandService: decode, call the command lane, encode. The lane is
+ * the only status store; listing pages through its table by submission
+ * sequence and watching reads its change log.
+ */
+
+const states: Record<CommandState, ProtoCommandState> = {
+  queued: ProtoCommandState.QUEUED,
+  applying: ProtoCommandState.APPLYING,
+  committed: ProtoCommandState.COMMITTED,
+  failed: ProtoCommandState.FAILED,
+};
+
+const coreStates = new Map<ProtoCommandState, CommandState>(Object.entries(states).map(([core, proto]) => [proto, core as CommandState]));
+
+const eventKinds: Record<CommandEventKind, ProtoEventKind> = {
+  queued: ProtoEventKind.QUEUED,
+  applying: ProtoEventKind.APPLYING,
+  retry_scheduled: ProtoEventKind.RETRY_SCHEDULED,
+  committed: ProtoEventKind.COMMITTED,
+  failed: ProtoEventKind.FAILED,
+  recovered: ProtoEventKind.RECOVERED,
+};
+
+export function commandRecordMessage(record: CommandRecord): ProtoCommandRecord {
+  return create(CommandRecordSchema, {
+    sequence: BigInt(record.sequence),
+    submission: create(SubmissionSchema, {
+      idempotencyId: record.submission.idempotencyId,
+      command: record.submission.command,
+      expectedTransactionIds: { ...record.submission.expectedTransactionIds },
+    }),
+    state: states[record.state],
+    submittedAt: timestampFromMs(record.submittedAt),
+    attempts: record.attempts,
+    ...(record.nextAttemptAt !== undefined ? { nextAttemptAt: timestampFromMs(record.nextAttemptAt) } : {}),
+    transactionId: record.transactionId ?? "",
+    createdNodeId: record.createdNodeId ?? "",
+    ...(record.error ? { error: create(CommandErrorSchema, record.error) } : {}),
+    updatedAt: timestampFromMs(record.updatedAt),
+  });
+}
+
+export function kmapCommandServiceImpl(lane: CommandLane, drain: AbortSignal): ServiceImpl<typeof KmapCommandService> {
+  return {
+    submitCommand(req) {
+      // The contract makes `command` required; the interceptor has checked it.
+      const result = lane.submit({
+        idempotencyId: req.idempotencyId,
+        command: req.command!,
+        expectedTransactionIds: req.expectedTransactionIds,
+      });
+      return { record: commandRecordMessage(result.record), existing: result.existing, position: BigInt(result.position) };
+    },
+
+    getCommand(req) {
+      const record = lane.get(req.idempotencyId);
+      if (!record) throw new KmapError("not_found", `no command with idempotency_id ${req.idempotencyId}`);
+      return { record: commandRecordMessage(record) };
+    },
+
+    listCommands(req) {
+      const size = pageSize(req.pageSize);
+      const after = decodePageToken(req.pageToken, "kmap");
+      const state = req.state === ProtoCommandState.UNSPECIFIED ? undefined : coreStates.get(req.state);
+      const records = lane.page(after, size + 1, state);
+      const page = records.slice(0, size);
+      const last = page.at(-1);
+      return {
+        records: page.map(commandRecordMessage),
+        nextPageToken: records.length > size && last ? encodePageToken(last.sequence) : "",
+      };
+    },
+
+    async *watchCommands(req, ctx) {
+      // Ends cleanly on client cancellation and when the server drains.
+      const signal = AbortSignal.any([ctx.signal, drain]);
+      const events = lane.watch({
+        afterPosition: Number(req.afterPosition),
+        idempotencyId: req.idempotencyId || undefined,
+        signal,
+      });
+      for await (const event of events) {
+        yield create(WatchCommandsResponseSchema, {
+          position: BigInt(event.position),
+          kind: eventKinds[event.kind],
+          record: commandRecordMessage(event.record),
+          changedAt: timestampFromMs(event.changedAt),
+        });
+      }
+    },
+  };
+}
