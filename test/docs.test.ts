@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { mkdtemp, readdir, readFile, rm, symlink } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -14,9 +14,10 @@ import { repoRoot } from "./helpers/laneway.js";
  * Laneway started exactly like `npm start` (demo mode, embedded
  * nats-server), one fresh server per page.
  *
- * - A ```` ```sh test ```` block runs with bash in a directory whose
- *   `.laneway` is the server's data directory, with the documented address
- *   `http://127.0.0.1:7600` replaced by the test server's. When the next
+ * - A ```` ```sh test ```` block runs with bash in the repository (so
+ *   `npx laneway` and `npx buf` resolve as they do for a reader), with the
+ *   documented address `http://127.0.0.1:7600` replaced by the test
+ *   server's and `.laneway/` by its data directory. When the next
  *   block is ```` ```json ````, the output must contain it (objects may have
  *   more fields; arrays match element by element).
  * - A ```` ```ts <path> ```` block must be exactly the file at that path,
@@ -56,8 +57,6 @@ afterAll(async () => {
 async function startDemo(): Promise<{ server: LanewayServer; cwd: string }> {
   const cwd = await mkdtemp(join(tmpdir(), "laneway-docs-"));
   scratch.push(cwd);
-  // `npx buf` in the examples resolves to the repository's own buf.
-  await symlink(join(repoRoot, "node_modules"), join(cwd, "node_modules"));
   const startup = await loadStartupConfig(["--demo", "--listen", "127.0.0.1:0"], { PATH: process.env.PATH }, { cwd });
   const server = await LanewayServer.start({ startup, logger: silentLogger });
   return { server, cwd };
@@ -81,8 +80,8 @@ for (const page of pages) {
           const next = blocks[i + 1];
           const where = `${page}:${block.line}`;
           if (block.info === "sh test") {
-            const script = block.body.replaceAll("http://127.0.0.1:7600", demo.server.url);
-            const { stdout } = await run("bash", ["-euo", "pipefail", "-c", script], { cwd: demo.cwd, env }).catch((error: { stderr?: string }) => {
+            const script = block.body.replaceAll("http://127.0.0.1:7600", demo.server.url).replaceAll(".laneway/", `${demo.cwd}/.laneway/`);
+            const { stdout } = await run("bash", ["-euo", "pipefail", "-c", script], { cwd: repoRoot, env }).catch((error: { stderr?: string }) => {
               throw new Error(`${where} failed: ${error.stderr ?? String(error)}`);
             });
             if (next?.info === "json") {
