@@ -8,9 +8,11 @@ import { lanewayVersion } from "./version.js";
 /**
  * `laneway serve`: start the server and run until SIGTERM or SIGINT.
  *
- * Exit codes: 0 after a clean shutdown (every in-flight call finished, NATS
- * closed, the embedded nats-server stopped); 1 when shutdown had to cancel
- * calls or a step failed, or when startup failed; 2 for configuration errors.
+ * Exit codes: 0 after a clean shutdown on SIGTERM/SIGINT (every in-flight
+ * call finished, the Kmap runtime stopped and SQLite closed, NATS closed,
+ * the embedded nats-server stopped); 1 when shutdown had to cancel calls or
+ * a step failed, when a core failed at run time (the Kmap runtime), or when
+ * startup failed; 2 for configuration errors.
  * Diagnostics never print raw backend errors, broker addresses or secrets.
  */
 export async function serveCommand(args: readonly string[], io: CliIo): Promise<number> {
@@ -53,13 +55,18 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
   io.stdout(lines.join("\n") + "\n");
   log.info("laneway serving", { url: server.url, version: lanewayVersion() });
 
-  const signal = await new Promise<NodeJS.Signals>((resolve) => {
-    process.once("SIGTERM", () => resolve("SIGTERM"));
-    process.once("SIGINT", () => resolve("SIGINT"));
-  });
-  log.info("shutting down", { signal });
+  const reason = await Promise.race([
+    new Promise<NodeJS.Signals>((resolve) => {
+      process.once("SIGTERM", () => resolve("SIGTERM"));
+      process.once("SIGINT", () => resolve("SIGINT"));
+    }),
+    server.fatal.then(() => "fatal" as const),
+  ]);
+  log.info("shutting down", { reason });
   const report = await server.close();
   for (const step of report.steps) if (!step.ok) log.error("shutdown step did not complete", { step: step.step });
   log.info("stopped", { clean: report.ok });
-  return report.ok ? 0 : 1;
+  // A core failure ends the process non-zero even when shutdown was clean:
+  // the supervisor must restart it so that recovery runs.
+  return report.ok && reason !== "fatal" ? 0 : 1;
 }

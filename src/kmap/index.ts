@@ -13,6 +13,7 @@ export { KmapError, type KmapErrorCode } from "./errors.js";
 export { WriterUnavailableError, type ApplyOutcome, type ApplyRequest, type KwebManager, type RejectionCode } from "./kweb-manager.js";
 export { LaneStorageError } from "./lane-store.js";
 export { openCommandLane, type OpenedCommandLane } from "./open-command-lane.js";
+export { openKmapCore, type KmapCore, type KmapCoreOptions } from "./kmap-core.js";
 export { noPausePoints, pausePointsFromSetting, type PausePoint, type PausePoints } from "./pause-points.js";
 export { FIRST_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS, retryDelayMs } from "./retry-backoff.js";
 export { checkIdempotencyId, checkNodeId, MAX_COMMAND_BYTES, MAX_EXPECTATIONS, parseSubmission, validateSubmission, type Submission } from "./submission.js";

@@ -13,6 +13,7 @@ import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import type { StartupConfig } from "../config/index.js";
+import { openKmapCore, pausePointsFromSetting, type KmapCore } from "../kmap/index.js";
 import { LaneRegistry } from "../lanes/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/broker-connection.js";
@@ -23,7 +24,8 @@ import { HealthStatus, healthRoutes } from "./health.js";
 import { DualProtocolListener } from "./listener.js";
 import { reflectionRoutes } from "./reflection.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "./services/hive-services.js";
-import { kmapCommandServiceImpl, kmapReadServiceImpl } from "./services/kmap-services.js";
+import { kmapCommandServiceImpl } from "./services/kmap-command-service.js";
+import { kmapReadServiceImpl } from "./services/kmap-read-service.js";
 import { laneServiceImpl } from "./services/lane-service.js";
 
 /**
@@ -71,10 +73,18 @@ export class LanewayServer {
   readonly health: HealthStatus;
   /** Whether the embedded nats-server applies `sync_interval: always` (undefined with an external server). */
   readonly natsSyncAlways: boolean | undefined;
+  /**
+   * Settles with the error that ended a core the server cannot run without
+   * (the Kmap command runtime); the owner should close the server and exit
+   * non-zero so that a supervisor restarts it and the restart recovers.
+   */
+  readonly fatal: Promise<Error>;
 
   readonly #listener: DualProtocolListener;
   readonly #broker: BrokerConnection;
   readonly #embedded: EmbeddedNatsServer | undefined;
+  readonly #kmap: KmapCore;
+  readonly #drain: AbortController;
   readonly #shutdown: AbortController;
   readonly #log: Logger;
   readonly #shutdownTimeoutMs: number;
@@ -87,6 +97,9 @@ export class LanewayServer {
     listener: DualProtocolListener;
     broker: BrokerConnection;
     embedded: EmbeddedNatsServer | undefined;
+    kmap: KmapCore;
+    drain: AbortController;
+    fatal: Promise<Error>;
     shutdown: AbortController;
     log: Logger;
     shutdownTimeoutMs: number;
@@ -98,6 +111,9 @@ export class LanewayServer {
     this.#listener = init.listener;
     this.#broker = init.broker;
     this.#embedded = init.embedded;
+    this.#kmap = init.kmap;
+    this.#drain = init.drain;
+    this.fatal = init.fatal;
     this.#shutdown = init.shutdown;
     this.#log = init.log;
     this.#shutdownTimeoutMs = init.shutdownTimeoutMs;
@@ -133,21 +149,45 @@ export class LanewayServer {
       });
       started.push({ close: () => broker.close() });
 
+      const kmap = await openKmapCore({
+        directory: join(server.dataDir, "kmap"),
+        logger: log.child({ core: "kmap" }),
+        pausePoints: pausePointsFromSetting(startup.env.LANEWAY_KMAP_PAUSE_AT),
+      });
+      started.push({ close: () => kmap.close() });
+
       const health = new HealthStatus();
       const registry = startup.lanes ? new LaneRegistry(startup.lanes) : undefined;
-      const reportBroker = () => {
-        const serving = broker.state === "connected" ? "SERVING" : "NOT_SERVING";
-        health.set(NATS_HEALTH_NAME, serving);
-        health.set(LaneService.typeName, registry ? serving : "NOT_SERVING");
-        health.set("", serving);
+      let kmapRunning = true;
+      const refreshHealth = () => {
+        const brokerServing = broker.state === "connected";
+        const status = (ok: boolean) => (ok ? "SERVING" : "NOT_SERVING");
+        health.set(NATS_HEALTH_NAME, status(brokerServing));
+        health.set(LaneService.typeName, status(registry !== undefined && brokerServing));
+        health.set(KmapCommandService.typeName, status(kmapRunning));
+        health.set(KmapReadService.typeName, status(kmapRunning));
+        health.set(HiveHubService.typeName, "NOT_SERVING");
+        health.set(HiveMemberService.typeName, "NOT_SERVING");
+        health.set("", status(brokerServing && kmapRunning));
+      };
+      broker.onStateChange(() => {
         if (broker.state !== "connected") log.warn("NATS connection is not available", { state: broker.state });
         else log.info("NATS connection is available", { generation: broker.generation });
-      };
-      broker.onStateChange(reportBroker);
-      reportBroker();
-      for (const service of [HiveHubService, HiveMemberService, KmapCommandService, KmapReadService]) {
-        health.set(service.typeName, "NOT_SERVING");
-      }
+        refreshHealth();
+      });
+      refreshHealth();
+
+      // The Kmap runtime is the future the server supervises: if SQLite or
+      // the Kweb manager fails, the core stops serving and the process must
+      // exit so that a restart recovers.
+      let reportFatal!: (error: Error) => void;
+      const fatal = new Promise<Error>((resolve) => (reportFatal = resolve));
+      kmap.runtime.run().catch((error: unknown) => {
+        kmapRunning = false;
+        refreshHealth();
+        log.error("the Kmap command runtime failed; Laneway must be restarted to recover", safeErrorFields(error));
+        reportFatal(error instanceof Error ? error : new Error("the Kmap command runtime failed"));
+      });
 
       const authenticator = new Authenticator({
         projectTokens: startup.lanes?.tokens ?? new Map(),
@@ -156,14 +196,17 @@ export class LanewayServer {
       const shutdown = new AbortController();
       // Every in-flight call links its own signal to this one.
       setMaxListeners(0, shutdown.signal);
+      // Aborted first on shutdown: server streams end cleanly.
+      const drain = new AbortController();
+      setMaxListeners(0, drain.signal);
       const routes = (router: ConnectRouter) => {
         // Without a lanes configuration there is no project token and no
         // lane: LaneService is not served at all (clients get unimplemented).
         if (registry) router.service(LaneService, laneServiceImpl(registry));
         router.service(HiveHubService, hiveHubServiceImpl);
         router.service(HiveMemberService, hiveMemberServiceImpl);
-        router.service(KmapCommandService, kmapCommandServiceImpl);
-        router.service(KmapReadService, kmapReadServiceImpl);
+        router.service(KmapCommandService, kmapCommandServiceImpl(kmap.lane, drain.signal));
+        router.service(KmapReadService, kmapReadServiceImpl(kmap.reader));
         healthRoutes(router, health);
         const served = lanewayServices.filter((service) => registry || service !== LaneService);
         reflectionRoutes(router, [...served, Health], { files: [file_laneway_errors_v1_errors] });
@@ -185,6 +228,9 @@ export class LanewayServer {
         listener,
         broker,
         embedded,
+        kmap,
+        drain,
+        fatal,
         shutdown,
         log,
         shutdownTimeoutMs: server.shutdownTimeoutMs,
@@ -196,9 +242,11 @@ export class LanewayServer {
   }
 
   /**
-   * Graceful shutdown: report NOT_SERVING and end health watches, stop
-   * accepting connections, let in-flight calls finish until the shutdown
-   * timeout (then cancel them), close NATS, stop the embedded nats-server.
+   * Graceful shutdown: report NOT_SERVING and end health and command
+   * watches, stop accepting connections, let in-flight calls finish until
+   * the shutdown timeout (then cancel them), stop the Kmap runtime after the
+   * command it is applying and close SQLite, close NATS, stop the embedded
+   * nats-server.
    * Safe to call more than once.
    */
   close(): Promise<ShutdownReport> {
@@ -217,6 +265,7 @@ export class LanewayServer {
         steps.push({ step, ok: false });
       }
     };
+    this.#drain.abort();
     this.health.shutdown();
     await run("finish in-flight calls", async () => {
       const result = await this.#listener.close(this.#shutdownTimeoutMs, () => {
@@ -225,6 +274,7 @@ export class LanewayServer {
       if (!result.drained) this.#log.warn("in-flight calls were canceled at the shutdown deadline", { timeoutMs: this.#shutdownTimeoutMs });
       return result.drained;
     });
+    await run("stop the Kmap runtime and close its databases", () => this.#kmap.close());
     await run("close NATS connection", () => this.#broker.close());
     if (this.#embedded) {
       const embedded = this.#embedded;

@@ -1,0 +1,237 @@
+import Database from "better-sqlite3";
+import type { Database as SqliteDatabase, Statement } from "better-sqlite3";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import type { Command } from "../../../gen/laneway/kmap/v1/command_pb.js";
+import { canonicalCommand } from "../canonical-command.js";
+import { WriterUnavailableError, type ApplyOutcome, type ApplyRequest } from "../kweb-manager.js";
+import { payloadDigest } from "./history-chain.js";
+import { KwebFailureError } from "./kweb-failure-error.js";
+import { KwebGraph } from "./kweb-graph.js";
+import { newKwebId } from "./kweb-ids.js";
+import { applyOperation } from "./kweb-operations.js";
+import { KwebRejection, missingNode } from "./kweb-rejection.js";
+import { prepareKwebSchema } from "./kweb-schema.js";
+import { transactionPayload, ZERO_DIGEST } from "./signed-transaction.js";
+import type { KwebSigningKey } from "./signing-key.js";
+import { isLockContention, sqliteCode } from "./sqlite-errors.js";
+
+/**
+ * The Kweb's single writer: applies commands to the Kweb file, one SQLite
+ * transaction each, and signs the resulting transactions.
+ *
+ * It is synchronous (better-sqlite3), so it runs on the Kweb worker thread
+ * (kweb-worker.ts), never on the server's event loop. Each apply runs under
+ * BEGIN IMMEDIATE: it takes the file's write lock before reading anything,
+ * so the provenance lookup, the expectation checks and the operation all
+ * see the state the transaction commits on top of.
+ *
+ * The busy timeout is short on purpose: if another connection or process
+ * holds the write lock, the command lane should hear "writer unavailable"
+ * promptly and retry with backoff, rather than sit blocked.
+ */
+
+/** Default busy timeout: how long an apply waits for another writer's lock. */
+export const DEFAULT_BUSY_TIMEOUT_MS = 250;
+
+/** How long first-time setup waits for the lock (it runs once, at startup). */
+const SETUP_BUSY_TIMEOUT_MS = 5_000;
+
+export interface KwebWriterOptions {
+  /** The Kweb SQLite file; created (with its directory) when missing. */
+  readonly databasePath: string;
+  readonly signingKey: KwebSigningKey;
+  /** How long an apply waits for a write lock held elsewhere; default 250 ms. */
+  readonly busyTimeoutMs?: number;
+  /** The clock, epoch milliseconds; default Date.now. */
+  readonly now?: () => number;
+}
+
+interface LastTransaction {
+  sequence: number;
+  signed_payload: Buffer;
+}
+
+const writerUnavailable = () =>
+  new WriterUnavailableError("the Kweb writer is unavailable: another connection holds the Kweb file's write lock");
+
+function openFailure(error: unknown): Error {
+  if (error instanceof KwebFailureError || error instanceof WriterUnavailableError) return error;
+  if (isLockContention(error)) return writerUnavailable();
+  if (sqliteCode(error) === "SQLITE_NOTADB") {
+    return new KwebFailureError("unsupported_schema", "the Kweb file is not a SQLite database", { cause: error });
+  }
+  return new KwebFailureError("storage_failed", "the Kweb file cannot be opened", { cause: error });
+}
+
+export class KwebWriter {
+  readonly #db: SqliteDatabase;
+  readonly #graph: KwebGraph;
+  readonly #key: KwebSigningKey;
+  readonly #now: () => number;
+  readonly #byProvenance: Statement<[string], { id: string; created_node_id: string | null }>;
+  readonly #last: Statement<[], LastTransaction>;
+  readonly #insertTransaction: Statement<
+    [number, string, string, string, string, string | null, number, Uint8Array, Uint8Array, string, string]
+  >;
+  readonly #insertTouched: Statement<[string, number]>;
+  readonly #apply: (request: ApplyRequest, command: Command, commandText: string) => ApplyOutcome;
+
+  private constructor(db: SqliteDatabase, key: KwebSigningKey, now: () => number) {
+    this.#db = db;
+    this.#key = key;
+    this.#now = now;
+    this.#graph = new KwebGraph(db);
+    this.#byProvenance = db.prepare("SELECT id, created_node_id FROM transactions WHERE provenance = ?");
+    this.#last = db.prepare("SELECT sequence, signed_payload FROM transactions ORDER BY sequence DESC LIMIT 1");
+    this.#insertTransaction = db.prepare(
+      `INSERT INTO transactions (sequence, id, provenance, command, touched_node_ids, created_node_id, committed_at, signed_payload, signature, key_id, previous_digest)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.#insertTouched = db.prepare("INSERT INTO transaction_nodes (node_id, sequence) VALUES (?, ?)");
+    const transaction = db.transaction((request: ApplyRequest, command: Command, commandText: string) =>
+      this.#applyLocked(request, command, commandText),
+    );
+    this.#apply = (request, command, commandText) => transaction.immediate(request, command, commandText);
+  }
+
+  /**
+   * Opens (creating when missing) the Kweb file and registers the signing
+   * key. Throws KwebFailureError, or WriterUnavailableError when another
+   * writer holds the lock throughout first-time setup.
+   */
+  static open(options: KwebWriterOptions): KwebWriter {
+    const busyTimeoutMs = options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS;
+    let db: SqliteDatabase | undefined;
+    try {
+      mkdirSync(dirname(options.databasePath), { recursive: true });
+      db = new Database(options.databasePath, { timeout: Math.max(busyTimeoutMs, SETUP_BUSY_TIMEOUT_MS) });
+      db.pragma("journal_mode = WAL");
+      db.pragma("synchronous = FULL");
+      db.pragma("foreign_keys = ON");
+      prepareKwebSchema(db);
+      registerSigningKey(db, options.signingKey, (options.now ?? Date.now)());
+      db.pragma(`busy_timeout = ${Math.max(0, Math.floor(busyTimeoutMs))}`);
+      return new KwebWriter(db, options.signingKey, options.now ?? Date.now);
+    } catch (error) {
+      db?.close();
+      throw openFailure(error);
+    }
+  }
+
+  /**
+   * Applies one command exactly once per provenance. Returns the outcome
+   * (committed, replayed or rejected); throws WriterUnavailableError when
+   * the write lock is held elsewhere and KwebFailureError for any other
+   * failure.
+   */
+  apply(request: ApplyRequest): ApplyOutcome {
+    let commandText: string;
+    try {
+      commandText = canonicalCommand(request.command);
+    } catch {
+      return { kind: "rejected", code: "invalid_input", message: "the command cannot be serialised" };
+    }
+    try {
+      return this.#apply(request, request.command, commandText);
+    } catch (error) {
+      if (error instanceof KwebRejection) return { kind: "rejected", code: error.code, message: error.message };
+      if (isLockContention(error)) throw writerUnavailable();
+      if (error instanceof KwebFailureError) throw error;
+      throw new KwebFailureError("storage_failed", "the Kweb store failed while applying a command", { cause: error });
+    }
+  }
+
+  /**
+   * The connection settings that durability and outage reporting depend
+   * on, as SQLite reports them (for diagnostics and tests).
+   */
+  settings(): { journalMode: string; synchronous: "off" | "normal" | "full" | "extra"; foreignKeys: boolean; busyTimeoutMs: number } {
+    const synchronous = (["off", "normal", "full", "extra"] as const)[this.#db.pragma("synchronous", { simple: true }) as number] ?? "off";
+    return {
+      journalMode: String(this.#db.pragma("journal_mode", { simple: true })),
+      synchronous,
+      foreignKeys: this.#db.pragma("foreign_keys", { simple: true }) === 1,
+      busyTimeoutMs: Number(this.#db.pragma("busy_timeout", { simple: true })),
+    };
+  }
+
+  /** Closes the connection; an uncommitted transaction cannot exist here. */
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+
+  #applyLocked(request: ApplyRequest, command: Command, commandText: string): ApplyOutcome {
+    // Exactly once: a command already in history is answered from history.
+    const existing = this.#byProvenance.get(request.idempotencyId);
+    if (existing !== undefined) {
+      return { kind: "committed", transactionId: existing.id, createdNodeId: existing.created_node_id ?? undefined, replayed: true };
+    }
+
+    for (const nodeId of Object.keys(request.expectedTransactionIds).sort()) {
+      const expected = request.expectedTransactionIds[nodeId];
+      const node = this.#graph.node(nodeId);
+      if (node === undefined) throw missingNode(nodeId);
+      if (node.visible_transaction_id !== expected) {
+        throw new KwebRejection("stale_revision", `node ${nodeId} is at transaction ${node.visible_transaction_id}, expected ${expected}`);
+      }
+    }
+
+    const transactionId = newKwebId();
+    const committedAt = this.#now();
+    const effect = applyOperation({ graph: this.#graph, transactionId, at: committedAt }, command);
+    const touched = [...new Set(effect.touched)].sort();
+
+    const last = this.#last.get();
+    const sequence = (last?.sequence ?? 0) + 1;
+    const previousDigest = last === undefined ? ZERO_DIGEST : payloadDigest(last.signed_payload);
+    const signedPayload = transactionPayload({
+      id: transactionId,
+      sequence,
+      provenance: request.idempotencyId,
+      canonicalCommand: commandText,
+      touchedNodeIds: touched,
+      createdNodeId: effect.createdNodeId,
+      committedAt,
+      keyId: this.#key.keyId,
+      previousDigest,
+    });
+    const signature = this.#key.sign(signedPayload);
+
+    this.#insertTransaction.run(
+      sequence,
+      transactionId,
+      request.idempotencyId,
+      commandText,
+      JSON.stringify(touched),
+      effect.createdNodeId ?? null,
+      committedAt,
+      signedPayload,
+      signature,
+      this.#key.keyId,
+      previousDigest,
+    );
+    for (const nodeId of touched) {
+      this.#insertTouched.run(nodeId, sequence);
+      // A deleted node has no row left to stamp; the update is then a no-op.
+      this.#graph.markVisible(nodeId, transactionId, committedAt);
+    }
+    return { kind: "committed", transactionId, createdNodeId: effect.createdNodeId, replayed: false };
+  }
+}
+
+/**
+ * Records the signing key's public half in the file and makes it the
+ * active key, unless it already is (a normal restart writes nothing).
+ */
+function registerSigningKey(db: SqliteDatabase, key: KwebSigningKey, at: number): void {
+  const active = () =>
+    (db.prepare("SELECT value FROM kweb_meta WHERE key = 'active_key_id'").get() as { value: string } | undefined)?.value;
+  if (active() === key.keyId) return;
+  db.transaction(() => {
+    db.prepare("INSERT OR IGNORE INTO signing_keys (key_id, public_key, registered_at) VALUES (?, ?, ?)").run(key.keyId, key.publicKey, at);
+    db.prepare("INSERT INTO kweb_meta (key, value) VALUES ('active_key_id', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value").run(
+      key.keyId,
+    );
+  }).immediate();
+}
