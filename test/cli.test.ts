@@ -85,3 +85,36 @@ test("health and version need no token", async () => {
   const version = await cli(["version"]);
   expect(version.stdout).toMatch(/^laneway \d+\.\d+\.\d+\n$/);
 });
+
+describe("kmap", () => {
+  const admin = () => ({ LANEWAY_TOKEN: laneway.tokens.admin });
+
+  test("submit --wait follows a command to Committed, and verify checks its signature", async () => {
+    const submitted = await cli(["kmap", "submit", "create-node", "--kind", "topic", "--title", "Glaciers", "--attr", "region=alps", "--wait"], admin());
+    expect(submitted.code).toBe(0);
+    const record = JSON.parse(submitted.stdout);
+    expect(record.state).toBe("COMMAND_STATE_COMMITTED");
+    expect(record.submission.idempotencyId).toMatch(/^[0-9a-f]{32}$/);
+    const verified = await cli(["kmap", "verify", record.transactionId], admin());
+    expect(verified.code).toBe(0);
+    expect(verified.stdout).toMatch(new RegExp(`^transaction ${record.transactionId} verifies with key [0-9a-f]{32}\n$`));
+    const node = await cli(["kmap", "node", record.createdNodeId, "--protocol", "grpc"], admin());
+    expect(JSON.parse(node.stdout).node.attributes).toEqual({ region: "alps" });
+  });
+
+  test("a command that fails terminally exits 1 with its error", async () => {
+    const missing = "f".repeat(32);
+    const result = await cli(["kmap", "submit", "delete-node", missing, "--wait"], admin());
+    expect(result.code).toBe(1);
+    expect(result.stdout).toContain("COMMAND_STATE_FAILED");
+    expect(result.stderr).toMatch(new RegExp(`failed: missing_node: node ${missing} does not exist\n$`));
+  });
+
+  test("an operation's usage mistakes exit 2", async () => {
+    const noTitle = await cli(["kmap", "submit", "create-node", "--kind", "topic"], admin());
+    expect(noTitle.code).toBe(2);
+    expect(noTitle.stderr).toContain("--title is required for create-node");
+    const unknown = await cli(["kmap", "submit", "rename-node"], admin());
+    expect(unknown.code).toBe(2);
+  });
+});
