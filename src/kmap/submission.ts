@@ -1,6 +1,6 @@
-import { createValidator } from "@bufbuild/protovalidate";
 import { CommandSchema, type Command } from "../../gen/laneway/kmap/v1/command_pb.js";
 import { canonicalJson, type Json } from "../encoding/canonical-json.js";
+import { contractValidator } from "../validation/contract-validator.js";
 import { canonicalCommand, parseCanonicalCommand } from "./canonical-command.js";
 import { KmapError } from "./errors.js";
 
@@ -59,8 +59,6 @@ export function checkNodeId(field: string, value: string): void {
   if (problem) throw new KmapError("invalid_input", `${field} is not a canonical node id: it ${problem}`);
 }
 
-const validator = createValidator();
-
 /** The node ids a command names, with the field each came from. */
 function nodeIdsOf(command: Command): [string, string][] {
   const op = command.operation;
@@ -112,7 +110,7 @@ export function validateSubmission(submission: Submission): string {
     const problem = describeHexProblem(transaction);
     if (problem) throw new KmapError("invalid_input", `expected transaction id for node ${node} ${problem}`);
   }
-  const result = validator.validate(CommandSchema, submission.command);
+  const result = contractValidator.validate(CommandSchema, submission.command);
   if (result.kind === "invalid") throw new KmapError("invalid_input", `command: ${result.error.message}`);
   if (result.kind === "error") throw new KmapError("invalid_input", "command: it cannot be validated");
   const command = canonicalCommand(submission.command);

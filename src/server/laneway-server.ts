@@ -15,6 +15,7 @@ import { HiveMemberService } from "../../gen/laneway/swarm/v1/hive_member_servic
 import type { StartupConfig } from "../config/index.js";
 import { openKmapCore, pausePointsFromSetting, type KmapCore } from "../kmap/index.js";
 import { LaneRegistry } from "../lanes/index.js";
+import { contractValidator } from "../validation/contract-validator.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/broker-connection.js";
 import { EmbeddedNatsServer } from "../nats/embedded-server.js";
@@ -213,7 +214,7 @@ export class LanewayServer {
       };
       const handler = connectNodeAdapter({
         routes,
-        interceptors: [errorMappingInterceptor(log), createValidateInterceptor()],
+        interceptors: [errorMappingInterceptor(log), createValidateInterceptor({ validator: contractValidator })],
         requestGate: authenticator.gate,
         shutdownSignal: shutdown.signal,
       });
