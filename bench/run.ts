@@ -2,10 +2,12 @@
  * `npm run bench [name...]`: runs Laneway's benchmarks, each printing
  * figures and ratios against a baseline measured in the same run.
  */
+import { kmapLane } from "./kmap-lane.js";
 import { serverOverhead } from "./server-overhead.js";
 
 const benchmarks: Record<string, () => Promise<void>> = {
   "server-overhead": serverOverhead,
+  "kmap-lane": kmapLane,
 };
 
 const selected = process.argv.slice(2);
