@@ -14,16 +14,30 @@ export interface SubmitResult {
   readonly position: number;
 }
 
+/** A validated submission waiting for the next group commit. */
+interface PendingSubmission {
+  readonly idempotencyId: string;
+  readonly canonical: string;
+  readonly resolve: (result: SubmitResult) => void;
+  readonly reject: (error: unknown) => void;
+}
+
 /**
  * The single submission lane for administrator Kmap commands.
  *
  * `submit` validates, commits a Queued record to SQLite and only then wakes
- * the runtime; an exact repeat returns the original record and a reuse of
- * the id for different input is a conflict. `snapshot` returns every
- * durable record in submission order; `page` and `watch` read the same
- * table and change log, so callers need no second status store.
+ * the runtime and answers; an exact repeat returns the original record and
+ * a reuse of the id for different input is a conflict. Submissions that
+ * arrive in the same turn of the event loop share one SQLite transaction
+ * (group commit): each is still its own record, answered only after the
+ * commit, but the group pays one fsync — which keeps the main thread free
+ * for the runtime under load. `snapshot` returns every durable record in
+ * submission order; `page` and `watch` read the same table and change log,
+ * so callers need no second status store.
  */
 export class CommandLane {
+  #pending: PendingSubmission[] = [];
+
   constructor(
     private readonly store: LaneStore,
     private readonly feed: ChangeFeed,
@@ -31,18 +45,40 @@ export class CommandLane {
     private readonly wakeRuntime: () => void,
   ) {}
 
-  submit(submission: Submission): SubmitResult {
-    const canonical = validateSubmission(submission);
-    const result = this.store.insertQueued(submission.idempotencyId, canonical, this.clock.now());
-    if ("existing" in result) {
-      if (result.canonical !== canonical) {
-        throw new KmapError("conflict", `idempotency_id ${submission.idempotencyId} was already used for a different submission`);
-      }
-      return { record: result.existing, existing: true, position: this.store.queuedPosition(result.existing.sequence) };
+  submit(submission: Submission): Promise<SubmitResult> {
+    let canonical: string;
+    try {
+      canonical = validateSubmission(submission);
+    } catch (error) {
+      return Promise.reject(error);
     }
-    this.feed.publish(result.created);
-    this.wakeRuntime();
-    return { record: result.created.record, existing: false, position: result.created.position };
+    return new Promise((resolve, reject) => {
+      if (this.#pending.length === 0) setImmediate(() => this.#commitPending());
+      this.#pending.push({ idempotencyId: submission.idempotencyId, canonical, resolve, reject });
+    });
+  }
+
+  #commitPending(): void {
+    const group = this.#pending.splice(0);
+    let results;
+    try {
+      results = this.store.insertQueued(group, this.clock.now());
+    } catch (error) {
+      for (const item of group) item.reject(error);
+      return;
+    }
+    results.forEach((result, i) => {
+      const item = group[i]!;
+      if ("created" in result) {
+        this.feed.publish(result.created);
+        item.resolve({ record: result.created.record, existing: false, position: result.created.position });
+      } else if (result.canonical !== item.canonical) {
+        item.reject(new KmapError("conflict", `idempotency_id ${item.idempotencyId} was already used for a different submission`));
+      } else {
+        item.resolve({ record: result.existing, existing: true, position: this.store.queuedPosition(result.existing.sequence) });
+      }
+    });
+    if (results.some((r) => "created" in r)) this.wakeRuntime();
   }
 
   /** Every durable record, in submission order. */
@@ -68,10 +104,11 @@ export class CommandLane {
     let position = options.afterPosition;
     while (!options.signal.aborted) {
       const version = this.feed.version;
-      const events = this.store.eventsAfter(position, 256, options.idempotencyId);
+      const events = this.feed.recentAfter(position, options.idempotencyId) ?? this.store.eventsAfter(position, 256, options.idempotencyId);
       for (const event of events) {
         yield event;
         position = event.position;
+        if (options.signal.aborted) return;
       }
       if (events.length === 0) await this.feed.waitForChange(version, options.signal);
     }

@@ -176,19 +176,27 @@ export class LaneStore {
   }
 
   /**
-   * Inserts a Queued record unless the idempotency id exists. Returns the
-   * new record and its `queued` event, or the existing record (the caller
-   * compares submissions).
+   * Inserts Queued records, in the given order, in one transaction (one
+   * fsync for the whole group), skipping ids that exist. For each item it
+   * returns the new record's `queued` event, or the existing record and its
+   * canonical text (the caller compares submissions). An id repeated within
+   * the group finds its first occurrence.
    */
-  insertQueued(idempotencyId: string, canonical: string, now: number): { created: CommandEvent } | { existing: CommandRecord; canonical: string } {
-    return this.#guard("queueing a command", () =>
-      this.#db.transaction(() => {
-        const existing = this.#statements.byId.get(idempotencyId);
-        if (existing) return { existing: toRecord(existing), canonical: existing.submission };
-        const { lastInsertRowid } = this.#statements.insert.run(idempotencyId, canonical, now, now, now);
-        const sequence = Number(lastInsertRowid);
-        return { created: this.#event(sequence, "queued", now) };
-      }).immediate(),
+  insertQueued(
+    items: readonly { readonly idempotencyId: string; readonly canonical: string }[],
+    now: number,
+  ): ({ created: CommandEvent } | { existing: CommandRecord; canonical: string })[] {
+    return this.#guard("queueing commands", () =>
+      this.#db
+        .transaction(() =>
+          items.map((item) => {
+            const existing = this.#statements.byId.get(item.idempotencyId);
+            if (existing) return { existing: toRecord(existing), canonical: existing.submission };
+            const { lastInsertRowid } = this.#statements.insert.run(item.idempotencyId, item.canonical, now, now, now);
+            return { created: this.#event(Number(lastInsertRowid), "queued", now) };
+          }),
+        )
+        .immediate(),
     );
   }
 

@@ -62,7 +62,10 @@ export class DualProtocolListener {
       session.once("close", () => this.sessions.delete(session));
       if (this.closing) session.close();
     });
-    this.tcp = net.createServer((socket) => this.route(socket));
+    // Node's http servers disable Nagle's algorithm on the sockets they
+    // accept; sockets handed over from this listener must get the same, or
+    // small responses and stream messages wait ~40 ms for delayed ACKs.
+    this.tcp = net.createServer({ noDelay: true }, (socket) => this.route(socket));
   }
 
   private route(socket: net.Socket): void {

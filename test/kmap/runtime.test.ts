@@ -58,9 +58,9 @@ function freshId(): string {
   return counter.toString(16).padStart(32, "0");
 }
 
-function submit(core: KmapCore, operation: MessageInitShape<typeof CommandSchema>["operation"], expected: Record<string, string> = {}) {
+async function submit(core: KmapCore, operation: MessageInitShape<typeof CommandSchema>["operation"], expected: Record<string, string> = {}) {
   const idempotencyId = freshId();
-  core.lane.submit({ idempotencyId, command: command(operation), expectedTransactionIds: expected });
+  await core.lane.submit({ idempotencyId, command: command(operation), expectedTransactionIds: expected });
   return idempotencyId;
 }
 
@@ -81,7 +81,7 @@ describe("order", () => {
   test("a new submission is applied at once, without the clock moving", async () => {
     const clock = new ManualClock();
     const { core } = await openCore({ clock });
-    const id = submit(core, { case: "createNode", value: { kind: "topic", title: "Rivers" } });
+    const id = await submit(core, { case: "createNode", value: { kind: "topic", title: "Rivers" } });
     const record = await terminal(core, id);
     expect(record.state).toBe("committed");
     expect(record.attempts).toBe(1);
@@ -92,9 +92,9 @@ describe("order", () => {
   test("terminal failures do not block later commands", async () => {
     const clock = new ManualClock();
     const { core } = await openCore({ clock });
-    const missing = submit(core, { case: "updateNode", value: { nodeId: missingNode, title: "x" } });
-    const selfLinkParent = submit(core, { case: "createNode", value: { kind: "topic", title: "A" } });
-    const later = submit(core, { case: "createNode", value: { kind: "topic", title: "B" } });
+    const missing = await submit(core, { case: "updateNode", value: { nodeId: missingNode, title: "x" } });
+    const selfLinkParent = await submit(core, { case: "createNode", value: { kind: "topic", title: "A" } });
+    const later = await submit(core, { case: "createNode", value: { kind: "topic", title: "B" } });
     const failed = await terminal(core, missing);
     expect(failed.state).toBe("failed");
     expect(failed.error).toEqual({ code: "missing_node", message: `node ${missingNode} does not exist` });
@@ -102,9 +102,9 @@ describe("order", () => {
     expect((await terminal(core, later)).state).toBe("committed");
 
     const created = recordOf(core, selfLinkParent).createdNodeId!;
-    const selfLink = submit(core, { case: "linkNodes", value: { fromId: created, toId: created, linkType: "cites" } });
-    const stale = submit(core, { case: "updateNode", value: { nodeId: created, title: "A2" } }, { [created]: "0".repeat(32) });
-    const after = submit(core, { case: "updateNode", value: { nodeId: created, title: "A3" } });
+    const selfLink = await submit(core, { case: "linkNodes", value: { fromId: created, toId: created, linkType: "cites" } });
+    const stale = await submit(core, { case: "updateNode", value: { nodeId: created, title: "A2" } }, { [created]: "0".repeat(32) });
+    const after = await submit(core, { case: "updateNode", value: { nodeId: created, title: "A3" } });
     expect((await terminal(core, selfLink)).error?.code).toBe("invalid_input");
     expect((await terminal(core, stale)).error?.code).toBe("stale_revision");
     expect((await terminal(core, after)).state).toBe("committed");
@@ -119,9 +119,9 @@ describe("order", () => {
     cleanups.push(async () => blocker.close());
     blocker.exec("BEGIN IMMEDIATE");
 
-    const first = submit(core, { case: "createNode", value: { kind: "topic", title: "first" } });
-    const second = submit(core, { case: "createNode", value: { kind: "topic", title: "second" } });
-    const third = submit(core, { case: "createNode", value: { kind: "topic", title: "third" } });
+    const first = await submit(core, { case: "createNode", value: { kind: "topic", title: "first" } });
+    const second = await submit(core, { case: "createNode", value: { kind: "topic", title: "second" } });
+    const third = await submit(core, { case: "createNode", value: { kind: "topic", title: "third" } });
 
     const deferred = await waitFor(() => {
       const record = recordOf(core, first);
@@ -163,7 +163,7 @@ describe("backoff", () => {
         apply: (request) => (outages-- > 0 ? Promise.reject(new WriterUnavailableError("the Kweb writer is unavailable")) : manager.apply(request)),
       }),
     });
-    const id = submit(core, { case: "createNode", value: { kind: "topic", title: "patient" } });
+    const id = await submit(core, { case: "createNode", value: { kind: "topic", title: "patient" } });
     const delays: number[] = [];
     for (let attempt = 1; attempt <= 9; attempt++) {
       const record = await waitFor(() => {
@@ -203,7 +203,7 @@ describe("failures of the runtime itself", () => {
         },
       }),
     });
-    const id = submit(first.core, { case: "createNode", value: { kind: "topic", title: "once" } });
+    const id = await submit(first.core, { case: "createNode", value: { kind: "topic", title: "once" } });
     const error = await first.running;
     expect(error).toBeInstanceOf(KwebTaskError);
     expect(recordOf(first.core, id).state).toBe("applying");

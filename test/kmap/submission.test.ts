@@ -123,10 +123,10 @@ describe("commands", () => {
 describe("submit", () => {
   test("commits a Queued record, and an exact repeat returns the original", async () => {
     const { lane, close } = await freshLane();
-    const first = lane.submit(submission());
+    const first = await lane.submit(submission());
     expect(first.existing).toBe(false);
     expect(first.record).toMatchObject({ sequence: 1, state: "queued", attempts: 0 });
-    const again = lane.submit(submission());
+    const again = await lane.submit(submission());
     expect(again.existing).toBe(true);
     expect(again.record).toEqual(first.record);
     expect(again.position).toBe(first.position);
@@ -136,20 +136,38 @@ describe("submit", () => {
 
   test("reusing an id for different input is a conflict and changes nothing", async () => {
     const { lane, close } = await freshLane();
-    lane.submit(submission());
+    await lane.submit(submission());
     const other = cmd({ case: "createNode", value: { kind: "topic", title: "Lakes" } });
-    expect(() => lane.submit(submission({ command: other }))).toThrow(
-      expect.objectContaining({ code: "conflict", message: `idempotency_id ${goodId} was already used for a different submission` }),
-    );
-    expect(() => lane.submit(submission({ expectedTransactionIds: { [nodeA]: tx } }))).toThrow(expect.objectContaining({ code: "conflict" }));
+    await expect(lane.submit(submission({ command: other }))).rejects.toMatchObject({
+      code: "conflict",
+      message: `idempotency_id ${goodId} was already used for a different submission`,
+    });
+    await expect(lane.submit(submission({ expectedTransactionIds: { [nodeA]: tx } }))).rejects.toMatchObject({ code: "conflict" });
     expect(lane.snapshot().map((r) => r.submission.command)).toEqual([createTopic]);
     close();
   });
 
   test("invalid input is refused before anything is stored", async () => {
     const { lane, close } = await freshLane();
-    expect(() => lane.submit(submission({ idempotencyId: "nope" }))).toThrow(expect.objectContaining({ code: "invalid_input" }));
+    await expect(lane.submit(submission({ idempotencyId: "nope" }))).rejects.toMatchObject({ code: "invalid_input" });
     expect(lane.snapshot()).toEqual([]);
+    close();
+  });
+
+  test("submissions of one turn share a commit but keep their order, and a repeat within the group finds the first", async () => {
+    const { lane, close } = await freshLane();
+    const ids = ["4", "5", "6"].map((d) => d.repeat(32));
+    const results = await Promise.all([...ids.map((idempotencyId) => lane.submit(submission({ idempotencyId }))), lane.submit(submission({ idempotencyId: ids[0]! }))]);
+    expect(results.map((r) => [r.record.sequence, r.existing])).toEqual([
+      [1, false],
+      [2, false],
+      [3, false],
+      [1, true],
+    ]);
+    const conflicting = lane.submit(submission({ idempotencyId: ids[1]!, command: cmd({ case: "createNode", value: { kind: "topic", title: "other" } }) }));
+    const fine = lane.submit(submission({ idempotencyId: "7".repeat(32) }));
+    await expect(conflicting).rejects.toMatchObject({ code: "conflict" });
+    expect((await fine).record.sequence).toBe(4);
     close();
   });
 
@@ -159,7 +177,7 @@ describe("submit", () => {
     const path = join(dir, "commands.sqlite");
     const first = openCommandLane(path, idle);
     const ids = ["1", "2", "3"].map((d) => d.repeat(32));
-    for (const idempotencyId of ids) first.lane.submit(submission({ idempotencyId }));
+    for (const idempotencyId of ids) await first.lane.submit(submission({ idempotencyId }));
     first.close();
     const second = openCommandLane(path, idle);
     expect(second.lane.snapshot().map((r) => [r.sequence, r.submission.idempotencyId])).toEqual(ids.map((id, i) => [i + 1, id]));

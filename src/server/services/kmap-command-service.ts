@@ -61,9 +61,9 @@ export function commandRecordMessage(record: CommandRecord): ProtoCommandRecord 
 
 export function kmapCommandServiceImpl(lane: CommandLane, drain: AbortSignal): ServiceImpl<typeof KmapCommandService> {
   return {
-    submitCommand(req) {
+    async submitCommand(req) {
       // The contract makes `command` required; the interceptor has checked it.
-      const result = lane.submit({
+      const result = await lane.submit({
         idempotencyId: req.idempotencyId,
         command: req.command!,
         expectedTransactionIds: req.expectedTransactionIds,
