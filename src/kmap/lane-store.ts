@@ -15,6 +15,10 @@ import { parseSubmission } from "./submission.js";
  * after a restart). Every transition states the state it expects; a record
  * in another state is an invariant violation, never silently overwritten.
  *
+ * Every write is an IMMEDIATE transaction: it takes the write lock before
+ * reading, so another writer makes it wait up to the busy timeout instead
+ * of failing at once on the read-to-write upgrade.
+ *
  * SQLite's own error text can hold file paths, so failures become
  * LaneStorageError with a fixed message and the original as `cause`.
  */
@@ -171,7 +175,7 @@ export class LaneStore {
   /** Returns every Applying record to Queued, one `recovered` event each. */
   recoverApplying(now: number): CommandEvent[] {
     return this.#guard("recovering applying records", () =>
-      this.#db.transaction(() => this.#statements.applying.all().map((row) => this.#transition(row.sequence, "recovered", now, { nextAttemptAt: now })))(),
+      this.#db.transaction(() => this.#statements.applying.all().map((row) => this.#transition(row.sequence, "recovered", now, { nextAttemptAt: now }))).immediate(),
     );
   }
 
@@ -232,23 +236,23 @@ export class LaneStore {
 
   markApplying(sequence: number, attempts: number, now: number): CommandEvent {
     return this.#guard("marking a record applying", () =>
-      this.#db.transaction(() => this.#transition(sequence, "applying", now, { attempts, nextAttemptAt: undefined, error: undefined }))(),
+      this.#db.transaction(() => this.#transition(sequence, "applying", now, { attempts, nextAttemptAt: undefined, error: undefined })).immediate(),
     );
   }
 
   markCommitted(sequence: number, transactionId: string, createdNodeId: string | undefined, now: number): CommandEvent {
     return this.#guard("recording a committed transaction", () =>
-      this.#db.transaction(() => this.#transition(sequence, "committed", now, { transactionId, createdNodeId, error: undefined }))(),
+      this.#db.transaction(() => this.#transition(sequence, "committed", now, { transactionId, createdNodeId, error: undefined })).immediate(),
     );
   }
 
   markFailed(sequence: number, error: CommandFailure, now: number): CommandEvent {
-    return this.#guard("recording a failure", () => this.#db.transaction(() => this.#transition(sequence, "failed", now, { error }))());
+    return this.#guard("recording a failure", () => this.#db.transaction(() => this.#transition(sequence, "failed", now, { error })).immediate());
   }
 
   markRetry(sequence: number, nextAttemptAt: number, error: CommandFailure, now: number): CommandEvent {
     return this.#guard("scheduling a retry", () =>
-      this.#db.transaction(() => this.#transition(sequence, "retry_scheduled", now, { nextAttemptAt, error }))(),
+      this.#db.transaction(() => this.#transition(sequence, "retry_scheduled", now, { nextAttemptAt, error })).immediate(),
     );
   }
 

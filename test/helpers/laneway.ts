@@ -196,17 +196,26 @@ export async function startLanewayProcess(options: LanewayTestOptions = {}): Pro
   );
   let done = false;
   void exited.then(() => (done = true));
-  const url = await waitFor(
+  // Fail at once if the process exits before it listens.
+  const exitedEarly = exited.then(() => {
+    throw new Error(`laneway exited before listening: ${stderr.join("\n")}`);
+  });
+  const listening = waitFor(
     () => {
-      if (done) throw new Error(`laneway exited before listening: ${stderr.join("\n")}`);
       const line = stdout.find((l) => l.includes(" listening on "));
       return line?.slice(line.indexOf("http://"));
     },
     { timeoutMs: 60_000, what: "laneway to listen" },
-  ).catch(async (error) => {
+  );
+  let url: string;
+  try {
+    url = await Promise.race([listening, exitedEarly]);
+  } catch (error) {
     child.kill("SIGKILL");
     throw error;
-  });
+  } finally {
+    exitedEarly.catch(() => {});
+  }
   const clients = new ClientPool(() => url);
   return {
     url,
