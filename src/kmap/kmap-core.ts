@@ -30,7 +30,7 @@ export interface KmapCore {
   /** Supervise `runtime.run()`. */
   readonly runtime: CommandRuntime;
   readonly reader: KwebReader;
-  /** Stops the runtime after the command in progress, then closes the manager and both databases. */
+  /** Stops the runtime after the command in progress, then closes the reader, the manager and the lane database. */
   close(): Promise<void>;
 }
 
@@ -70,9 +70,11 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
     reader,
     async close() {
       await runtime.stop();
+      // The read-only reader cannot checkpoint; closing it before the
+      // writer lets the writer's close fold the WAL back into the file.
+      reader.close();
       await manager.close();
       opened.close();
-      reader.close();
     },
   };
 }
