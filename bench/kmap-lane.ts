@@ -21,8 +21,9 @@
  * and its change-log row); meanwhile the runtime applies every queued
  * command in submission order, on the same event loop and disk: a second
  * lane transaction (Applying), the Kweb transaction (a signed transaction,
- * on a worker thread) and a third lane transaction (Committed) — four
- * fsync'd commits per command end to end. Submit throughput is therefore
+ * on a worker thread) and a third lane transaction (Committed) — up to four
+ * fsync'd commits per command end to end (submissions that arrive in the
+ * same event-loop turn share one group commit). Submit throughput is therefore
  * measured with that apply work competing; `commits/s during` is how fast
  * commands actually reached Committed while the load ran (from the
  * `sequence` and change-log `position` of a marker command submitted right

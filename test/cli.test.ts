@@ -1,8 +1,11 @@
-import { execFile } from "node:child_process";
+import { execFile, spawn } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { KmapCommandService } from "../gen/laneway/kmap/v1/kmap_command_service_pb.js";
 import { repoRoot, startLanewayInProcess, type InProcessLaneway } from "./helpers/laneway.js";
+import { waitFor } from "./helpers/wait-for.js";
 
 /**
  * The `laneway` command against a running server: it calls the service
@@ -110,6 +113,31 @@ describe("kmap", () => {
     expect(result.stderr).toMatch(new RegExp(`failed: missing_node: node ${missing} does not exist\n$`));
   });
 
+  test("get, list, nodes and watch read what submit wrote", async () => {
+    const id = "c".repeat(32);
+    const submitted = await cli(["kmap", "submit", "create-node", "--kind", "topic", "--title", "Fjords", "--id", id, "--wait"], admin());
+    const record = JSON.parse(submitted.stdout);
+    const got = JSON.parse((await cli(["kmap", "get", id], admin())).stdout);
+    expect(got.record).toMatchObject({ state: "COMMAND_STATE_COMMITTED", transactionId: record.transactionId });
+    const listed = JSON.parse((await cli(["kmap", "list", "--state", "committed", "--page-size", "1000"], admin())).stdout);
+    expect(listed.records.map((r: { submission: { idempotencyId: string } }) => r.submission.idempotencyId)).toContain(id);
+    const nodes = JSON.parse((await cli(["kmap", "nodes", "--page-size", "1000"], admin())).stdout);
+    expect(nodes.nodes.map((n: { id: string }) => n.id)).toContain(record.createdNodeId);
+    const history = JSON.parse((await cli(["kmap", "transactions", "--provenance", id], admin())).stdout);
+    expect(history.transactions.map((t: { id: string }) => t.id)).toEqual([record.transactionId]);
+    // watch streams until interrupted: read its first lines, then stop it.
+    const watcher = spawn(join(repoRoot, "bin/laneway.js"), ["kmap", "watch", "--id", id], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LANEWAY_ADDRESS: laneway.url, ...admin() },
+    });
+    let out = "";
+    watcher.stdout.on("data", (chunk: Buffer) => (out += chunk.toString()));
+    await waitFor(() => out.split("\n").filter(Boolean).length >= 3, { what: "three watched changes" });
+    watcher.kill("SIGINT");
+    const kinds = out.split("\n").filter(Boolean).map((line) => JSON.parse(line).kind);
+    expect(kinds.slice(0, 3)).toEqual(["COMMAND_EVENT_KIND_QUEUED", "COMMAND_EVENT_KIND_APPLYING", "COMMAND_EVENT_KIND_COMMITTED"]);
+  });
+
   test("an operation's usage mistakes exit 2", async () => {
     const noTitle = await cli(["kmap", "submit", "create-node", "--kind", "topic"], admin());
     expect(noTitle.code).toBe(2);
@@ -117,4 +145,34 @@ describe("kmap", () => {
     const unknown = await cli(["kmap", "submit", "rename-node"], admin());
     expect(unknown.code).toBe(2);
   });
+});
+
+test("submit --wait does not report success when the server ends the watch before the command finished", async () => {
+  const own = await startLanewayInProcess({ lanesConfig: false });
+  // A real second writer holds the Kweb file: the command stays Queued.
+  const blocker = new Database(join(own.dataDir, "kmap", "kweb.sqlite"));
+  blocker.exec("BEGIN IMMEDIATE");
+  try {
+    const id = "d".repeat(32);
+    const running = execFileAsync(join(repoRoot, "bin/laneway.js"), ["kmap", "submit", "create-node", "--kind", "topic", "--title", "Held", "--id", id, "--wait"], {
+      cwd: repoRoot,
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", LANEWAY_ADDRESS: own.url, LANEWAY_TOKEN: own.tokens.admin },
+    }).then(
+      () => ({ code: 0, stderr: "" }),
+      (error: { code: number; stderr: string }) => ({ code: error.code, stderr: error.stderr }),
+    );
+    const commands = own.clients.client(KmapCommandService, { token: own.tokens.admin });
+    // Deferred twice: the CLI has long been following it.
+    await waitFor(async () => ((await commands.getCommand({ idempotencyId: id }).catch(() => undefined))?.record?.attempts ?? 0) >= 2, {
+      what: "the command to be deferred twice",
+    });
+    await own.server.close();
+    const result = await running;
+    expect(result.code).toBe(1);
+    expect(result.stderr).toContain(`the server ended the watch before command ${id} finished`);
+  } finally {
+    blocker.exec("ROLLBACK");
+    blocker.close();
+    await own.stop();
+  }
 });

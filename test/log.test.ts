@@ -13,8 +13,9 @@ test("errors Laneway did not write are logged as class name and code only", () =
 test("Laneway's own errors keep their message, but never their cause", () => {
   const cause = new Error("SQLITE_READONLY: attempt to write a readonly database /var/lib/secret/path");
   const fields = safeErrorFields(new KmapError("internal", "the command lane database is not writable", { cause }));
-  expect(fields).toMatchObject({ error: "KmapError", code: "internal", reason: "the command lane database is not writable" });
+  expect(fields).toMatchObject({ error: "KmapError", code: "internal", reason: "the command lane database is not writable", cause: "Error" });
   expect(JSON.stringify(fields)).not.toContain("/var/lib");
+  expect(JSON.stringify(fields)).not.toContain("SQLITE_READONLY: attempt");
   const broker = safeErrorFields(new BrokerUnavailableError("connection_failed", { cause: new Error("nats://10.0.0.1:4222 refused") }));
   expect(JSON.stringify(broker)).not.toContain("10.0.0.1");
 });

@@ -73,6 +73,21 @@ export function parseCommand<O extends ParseArgsConfig["options"]>(args: readonl
   }
 }
 
+/** Calls `body` with a generated client of `service` and releases its connections afterwards. */
+export async function withClient<S extends DescService, T>(
+  service: S,
+  values: Parameters<typeof clientSettings>[0],
+  io: CliIo,
+  body: (client: Client<S>) => Promise<T>,
+): Promise<T> {
+  const { client, transport } = openClient(service, clientSettings(values, io));
+  try {
+    return await body(client);
+  } finally {
+    transport.close();
+  }
+}
+
 /** Opens a generated client on the configured transport; `close` releases its connections. */
 export function openClient<S extends DescService>(service: S, settings: ClientSettings): { client: Client<S>; transport: LanewayTransport } {
   const transport = createLanewayTransport({ baseUrl: settings.baseUrl, protocol: settings.protocol, token: settings.token });

@@ -1,15 +1,10 @@
 import { HealthCheckResponseSchema, Health } from "../../gen/grpc/health/v1/health_pb.js";
-import { clientSettings, openClient, parseCommand, printMessage, UsageError, type CliIo } from "./command.js";
+import { parseCommand, printMessage, UsageError, withClient, type CliIo } from "./command.js";
 
 /** `laneway health [service]`: the gRPC health status (no token needed). */
 export async function healthCommand(args: readonly string[], io: CliIo): Promise<void> {
   const { values, positionals: rest } = parseCommand(args, {});
   if (rest.length > 1) throw new UsageError("usage: laneway health [service]");
-  const { client, transport } = openClient(Health, clientSettings(values, io));
-  try {
-    const res = await client.check({ service: rest[0] ?? "" }, { signal: io.signal });
-    printMessage(io, HealthCheckResponseSchema, res);
-  } finally {
-    transport.close();
-  }
+  const res = await withClient(Health, values, io, (client) => client.check({ service: rest[0] ?? "" }, { signal: io.signal }));
+  printMessage(io, HealthCheckResponseSchema, res);
 }

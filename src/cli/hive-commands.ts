@@ -11,33 +11,13 @@ import {
 } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService, JoinResponseSchema, RefreshResponseSchema } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { nanosToMillis, parseGoDuration } from "../config/index.js";
-import { clientSettings, openClient, parseCommand, parseUint, positionals, printMessage, UsageError, type CliIo } from "./command.js";
+import { parseCommand, parseUint, positionals, printMessage, UsageError, withClient } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
 
 /**
  * `laneway hive …`: the hive hub operator's commands (operator token) and
  * a member's join and refresh (invite secret as the token).
  */
-
-type Values = Parameters<typeof clientSettings>[0];
-
-async function withHub<T>(values: Values, io: CliIo, body: (c: ReturnType<typeof openClient<typeof HiveHubService>>["client"]) => Promise<T>) {
-  const { client, transport } = openClient(HiveHubService, clientSettings(values, io));
-  try {
-    return await body(client);
-  } finally {
-    transport.close();
-  }
-}
-
-async function withMember<T>(values: Values, io: CliIo, body: (c: ReturnType<typeof openClient<typeof HiveMemberService>>["client"]) => Promise<T>) {
-  const { client, transport } = openClient(HiveMemberService, clientSettings(values, io));
-  try {
-    return await body(client);
-  } finally {
-    transport.close();
-  }
-}
 
 const scope: CommandSpec = {
   name: "scope",
@@ -46,7 +26,7 @@ const scope: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { swarm: { type: "string", multiple: true } });
     positionals(rest, []);
-    printMessage(io, ScopeResponseSchema, await withHub(values, io, (c) => c.scope({ swarms: values.swarm ?? [] }, { signal: io.signal })));
+    printMessage(io, ScopeResponseSchema, await withClient(HiveHubService, values, io, (c) => c.scope({ swarms: values.swarm ?? [] }, { signal: io.signal })));
   },
 };
 
@@ -57,7 +37,7 @@ const invite: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { "bus-url": { type: "string" } });
     const [memberId] = positionals(rest, ["member"]);
-    const res = await withHub(values, io, (c) => c.invite({ memberId, busUrl: values["bus-url"] ?? "" }, { signal: io.signal }));
+    const res = await withClient(HiveHubService, values, io, (c) => c.invite({ memberId, busUrl: values["bus-url"] ?? "" }, { signal: io.signal }));
     printMessage(io, InviteResponseSchema, res);
   },
 };
@@ -69,7 +49,7 @@ const members: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     positionals(rest, []);
-    printMessage(io, ListMembersResponseSchema, await withHub(values, io, (c) => c.listMembers({}, { signal: io.signal })));
+    printMessage(io, ListMembersResponseSchema, await withClient(HiveHubService, values, io, (c) => c.listMembers({}, { signal: io.signal })));
   },
 };
 
@@ -80,7 +60,7 @@ const grant: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     const [memberId] = positionals(rest, ["member"]);
-    printMessage(io, RenderGrantResponseSchema, await withHub(values, io, (c) => c.renderGrant({ memberId }, { signal: io.signal })));
+    printMessage(io, RenderGrantResponseSchema, await withClient(HiveHubService, values, io, (c) => c.renderGrant({ memberId }, { signal: io.signal })));
   },
 };
 
@@ -92,7 +72,7 @@ const migrateState: CommandSpec = {
     const { values, positionals: rest } = parseCommand(args, {});
     if (rest.length < 3) throw new UsageError("expected <swarm> <bucket> <key>...");
     const [swarm, bucket, ...keys] = rest as [string, string, ...string[]];
-    printMessage(io, MigrateStateResponseSchema, await withHub(values, io, (c) => c.migrateState({ swarm, bucket, keys }, { signal: io.signal })));
+    printMessage(io, MigrateStateResponseSchema, await withClient(HiveHubService, values, io, (c) => c.migrateState({ swarm, bucket, keys }, { signal: io.signal })));
   },
 };
 
@@ -115,7 +95,7 @@ const migrateQueue: CommandSpec = {
       maxDeliver: Number(parseUint("max-deliver", values["max-deliver"], 0n)),
       ...(ackWaitMs !== undefined ? { ackWait: durationFromMs(ackWaitMs) } : {}),
     };
-    printMessage(io, MigrateQueueResponseSchema, await withHub(values, io, (c) => c.migrateQueue({ swarm, name, policy }, { signal: io.signal })));
+    printMessage(io, MigrateQueueResponseSchema, await withClient(HiveHubService, values, io, (c) => c.migrateQueue({ swarm, name, policy }, { signal: io.signal })));
   },
 };
 
@@ -126,7 +106,7 @@ const migrateDead: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     const [swarm] = positionals(rest, ["swarm"]);
-    printMessage(io, MigrateDeadResponseSchema, await withHub(values, io, (c) => c.migrateDead({ swarm }, { signal: io.signal })));
+    printMessage(io, MigrateDeadResponseSchema, await withClient(HiveHubService, values, io, (c) => c.migrateDead({ swarm }, { signal: io.signal })));
   },
 };
 
@@ -137,7 +117,7 @@ const join: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     positionals(rest, []);
-    printMessage(io, JoinResponseSchema, await withMember(values, io, (c) => c.join({}, { signal: io.signal })));
+    printMessage(io, JoinResponseSchema, await withClient(HiveMemberService, values, io, (c) => c.join({}, { signal: io.signal })));
   },
 };
 
@@ -148,7 +128,7 @@ const refresh: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     positionals(rest, []);
-    printMessage(io, RefreshResponseSchema, await withMember(values, io, (c) => c.refresh({}, { signal: io.signal })));
+    printMessage(io, RefreshResponseSchema, await withClient(HiveMemberService, values, io, (c) => c.refresh({}, { signal: io.signal })));
   },
 };
 

@@ -21,7 +21,7 @@ import {
   ListTransactionsResponseSchema,
 } from "../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
 import { verifyTransaction } from "../client/verify-transaction.js";
-import { clientSettings, openClient, OutcomeError, parseCommand, parseUint, positionals, printLine, printMessage, UsageError, type CliIo } from "./command.js";
+import { OutcomeError, parseCommand, parseUint, positionals, printLine, printMessage, UsageError, withClient } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
 
 /**
@@ -30,22 +30,6 @@ import type { CommandGroup, CommandSpec } from "./command-group.js";
  * (default variable LANEWAY_TOKEN; `--token-env LANEWAY_ADMIN_TOKEN` reads
  * the operator token directly).
  */
-
-type Values = Parameters<typeof clientSettings>[0];
-
-async function withService<S extends typeof KmapCommandService | typeof KmapReadService, T>(
-  service: S,
-  values: Values,
-  io: CliIo,
-  body: (client: ReturnType<typeof openClient<S>>["client"]) => Promise<T>,
-): Promise<T> {
-  const { client, transport } = openClient(service, clientSettings(values, io));
-  try {
-    return await body(client);
-  } finally {
-    transport.close();
-  }
-}
 
 function keyValues(option: string, entries: readonly string[] | undefined): Record<string, string> {
   const out: Record<string, string> = {};
@@ -142,7 +126,7 @@ const submit: CommandSpec = {
     const command = commandOf(operation, operands, values);
     const idempotencyId = values.id ?? randomBytes(16).toString("hex");
     const expectedTransactionIds = keyValues("expect", values.expect);
-    await withService(KmapCommandService, values, io, async (client) => {
+    await withClient(KmapCommandService, values, io, async (client) => {
       const submitted = await client.submitCommand({ idempotencyId, command, expectedTransactionIds }, { signal: io.signal });
       if (!values.wait) {
         printMessage(io, SubmitCommandResponseSchema, submitted);
@@ -157,6 +141,9 @@ const submit: CommandSpec = {
         }
       }
       printMessage(io, CommandRecordSchema, record);
+      if (!done(record)) {
+        throw new OutcomeError(`the server ended the watch before command ${idempotencyId} finished; follow it with: laneway kmap watch --id ${idempotencyId}`);
+      }
       if (record.state === CommandState.FAILED) throw new OutcomeError(`command ${idempotencyId} failed: ${record.error?.code}: ${record.error?.message}`);
     });
   },
@@ -169,7 +156,7 @@ const get: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     const [idempotencyId] = positionals(rest, ["idempotency-id"]);
-    printMessage(io, GetCommandResponseSchema, await withService(KmapCommandService, values, io, (c) => c.getCommand({ idempotencyId: idempotencyId! }, { signal: io.signal })));
+    printMessage(io, GetCommandResponseSchema, await withClient(KmapCommandService, values, io, (c) => c.getCommand({ idempotencyId: idempotencyId! }, { signal: io.signal })));
   },
 };
 
@@ -189,7 +176,7 @@ const list: CommandSpec = {
     positionals(rest, []);
     const state = values.state === undefined ? CommandState.UNSPECIFIED : stateNames[values.state];
     if (state === undefined) throw new UsageError("--state must be queued, applying, committed or failed");
-    const res = await withService(KmapCommandService, values, io, (c) =>
+    const res = await withClient(KmapCommandService, values, io, (c) =>
       c.listCommands({ state, pageSize: Number(parseUint("page-size", values["page-size"], 0n)), pageToken: values["page-token"] ?? "" }, { signal: io.signal }),
     );
     printMessage(io, ListCommandsResponseSchema, res);
@@ -203,7 +190,7 @@ const watch: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { after: { type: "string" }, id: { type: "string" } });
     positionals(rest, []);
-    await withService(KmapCommandService, values, io, async (c) => {
+    await withClient(KmapCommandService, values, io, async (c) => {
       for await (const change of c.watchCommands({ afterPosition: parseUint("after", values.after, 0n), idempotencyId: values.id ?? "" }, { signal: io.signal })) {
         printLine(io, WatchCommandsResponseSchema, change);
       }
@@ -218,7 +205,7 @@ const nodes: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { parent: { type: "string" }, "page-size": { type: "string" }, "page-token": { type: "string" } });
     positionals(rest, []);
-    const res = await withService(KmapReadService, values, io, (c) =>
+    const res = await withClient(KmapReadService, values, io, (c) =>
       c.listNodes({ parentId: values.parent ?? "", pageSize: Number(parseUint("page-size", values["page-size"], 0n)), pageToken: values["page-token"] ?? "" }, { signal: io.signal }),
     );
     printMessage(io, ListNodesResponseSchema, res);
@@ -232,7 +219,7 @@ const node: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     const [nodeId] = positionals(rest, ["node-id"]);
-    printMessage(io, GetNodeResponseSchema, await withService(KmapReadService, values, io, (c) => c.getNode({ nodeId: nodeId! }, { signal: io.signal })));
+    printMessage(io, GetNodeResponseSchema, await withClient(KmapReadService, values, io, (c) => c.getNode({ nodeId: nodeId! }, { signal: io.signal })));
   },
 };
 
@@ -248,7 +235,7 @@ const transactions: CommandSpec = {
       "page-token": { type: "string" },
     });
     positionals(rest, []);
-    const res = await withService(KmapReadService, values, io, (c) =>
+    const res = await withClient(KmapReadService, values, io, (c) =>
       c.listTransactions(
         {
           nodeId: values.node ?? "",
@@ -270,7 +257,7 @@ const key: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     positionals(rest, []);
-    printMessage(io, GetSigningKeyResponseSchema, await withService(KmapReadService, values, io, (c) => c.getSigningKey({}, { signal: io.signal })));
+    printMessage(io, GetSigningKeyResponseSchema, await withClient(KmapReadService, values, io, (c) => c.getSigningKey({}, { signal: io.signal })));
   },
 };
 
@@ -281,7 +268,7 @@ const verify: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     const [transactionId] = positionals(rest, ["transaction-id"]);
-    await withService(KmapReadService, values, io, async (c) => {
+    await withClient(KmapReadService, values, io, async (c) => {
       const [{ transaction }, signingKey] = await Promise.all([
         c.getTransaction({ transactionId: transactionId! }, { signal: io.signal }),
         c.getSigningKey({}, { signal: io.signal }),

@@ -17,7 +17,7 @@ import {
   ExpiredDeliverySchema,
 } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { parseGoDuration, nanosToMillis } from "../config/index.js";
-import { clientSettings, openClient, parseCommand, parseUint, positionals, printLine, printMessage, UsageError, type CliIo } from "./command.js";
+import { parseCommand, parseUint, positionals, printLine, printMessage, UsageError, withClient, type CliIo } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
 
 /**
@@ -26,19 +26,6 @@ import type { CommandGroup, CommandSpec } from "./command-group.js";
  * Receipts are bearer secrets, so ack/nack/renew read them from the
  * variable LANEWAY_RECEIPT unless --receipt is given.
  */
-
-function lanesClient(values: Parameters<typeof clientSettings>[0], io: CliIo) {
-  return openClient(LaneService, clientSettings(values, io));
-}
-
-async function withLanes<T>(values: Parameters<typeof clientSettings>[0], io: CliIo, body: (client: ReturnType<typeof lanesClient>["client"]) => Promise<T>): Promise<T> {
-  const { client, transport } = lanesClient(values, io);
-  try {
-    return await body(client);
-  } finally {
-    transport.close();
-  }
-}
 
 function receiptOf(values: { receipt?: string }, io: CliIo): string {
   const receipt = values.receipt ?? io.env.LANEWAY_RECEIPT;
@@ -62,7 +49,7 @@ const registry: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     positionals(rest, []);
-    const res = await withLanes(values, io, (c) => c.getRegistry({}, { signal: io.signal }));
+    const res = await withClient(LaneService, values, io, (c) => c.getRegistry({}, { signal: io.signal }));
     printMessage(io, GetRegistryResponseSchema, res);
   },
 };
@@ -88,7 +75,7 @@ const publish: CommandSpec = {
       throw new UsageError("give exactly one of --payload and --payload-file");
     }
     const payload = values["payload-file"] !== undefined ? await readFile(values["payload-file"]) : Buffer.from(values.payload!, "utf8");
-    const res = await withLanes(values, io, (c) =>
+    const res = await withClient(LaneService, values, io, (c) =>
       c.publish({ lane, id: values.id!, kind, schema: values.schema!, payload, provenance: values.provenance ?? "" }, { signal: io.signal }),
     );
     printMessage(io, PublishResponseSchema, res);
@@ -102,7 +89,7 @@ const replay: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { cursor: { type: "string" }, "max-events": { type: "string" } });
     const [lane] = positionals(rest, ["lane"]);
-    const res = await withLanes(values, io, (c) =>
+    const res = await withClient(LaneService, values, io, (c) =>
       c.replay(
         { lane, cursor: parseUint("cursor", values.cursor, 0n), maxEvents: Number(parseUint("max-events", values["max-events"], 0n)) },
         { signal: io.signal },
@@ -119,7 +106,7 @@ const follow: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, { cursor: { type: "string" } });
     const [lane] = positionals(rest, ["lane"]);
-    await withLanes(values, io, async (c) => {
+    await withClient(LaneService, values, io, async (c) => {
       for await (const page of c.follow({ lane, cursor: parseUint("cursor", values.cursor, 0n) }, { signal: io.signal })) {
         printLine(io, FollowResponseSchema, page);
       }
@@ -135,7 +122,7 @@ const claim: CommandSpec = {
     const { values, positionals: rest } = parseCommand(args, { wait: { type: "string" } });
     const [lane, group] = positionals(rest, ["lane", "group"]);
     const waitMs = durationMs("wait", values.wait);
-    const res = await withLanes(values, io, (c) => c.claim({ lane, group, wait: durationFromMs(waitMs) }, { signal: io.signal }));
+    const res = await withClient(LaneService, values, io, (c) => c.claim({ lane, group, wait: durationFromMs(waitMs) }, { signal: io.signal }));
     printMessage(io, ClaimResponseSchema, res);
   },
 };
@@ -150,7 +137,7 @@ function receiptCommand(name: "renew" | "ack" | "nack", summary: string): Comman
       const { values, positionals: rest } = parseCommand(args, { sequence: { type: "string" }, receipt: { type: "string" } });
       const [lane, group] = positionals(rest, ["lane", "group"]);
       const req = { lane, group, sequence: parseUint("sequence", values.sequence), receipt: receiptOf(values, io) };
-      await withLanes(values, io, async (c) => {
+      await withClient(LaneService, values, io, async (c) => {
         if (name === "renew") printMessage(io, RenewResponseSchema, await c.renew(req, { signal: io.signal }));
         else if (name === "ack") printMessage(io, AckResponseSchema, await c.ack(req, { signal: io.signal }));
         else printMessage(io, NackResponseSchema, await c.nack(req, { signal: io.signal }));
@@ -166,7 +153,7 @@ const inspect: CommandSpec = {
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {});
     const [lane, group] = positionals(rest, ["lane", "group"]);
-    printMessage(io, InspectGroupResponseSchema, await withLanes(values, io, (c) => c.inspectGroup({ lane, group }, { signal: io.signal })));
+    printMessage(io, InspectGroupResponseSchema, await withClient(LaneService, values, io, (c) => c.inspectGroup({ lane, group }, { signal: io.signal })));
   },
 };
 
@@ -190,7 +177,7 @@ const recover: CommandSpec = {
       return create(ExpiredDeliverySchema, { sequence: BigInt(match[1]!), receipt: match[2]! });
     });
     const missing = (values.missing ?? []).map((m) => parseUint("missing", m));
-    const res = await withLanes(values, io, (c) =>
+    const res = await withClient(LaneService, values, io, (c) =>
       c.recoverGroup(
         {
           lane,

@@ -1,4 +1,5 @@
 import { ConfigError, loadStartupConfig } from "../config/index.js";
+import { pausePointsFromSetting } from "../kmap/index.js";
 import { createLogger, safeErrorFields } from "../log/logger.js";
 import { EmbeddedServerError } from "../nats/errors.js";
 import { LanewayServer } from "../server/laneway-server.js";
@@ -27,9 +28,16 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     }
     throw error;
   }
+  let kmapPausePoints;
+  try {
+    kmapPausePoints = pausePointsFromSetting(startup.env.LANEWAY_KMAP_PAUSE_AT);
+  } catch (error) {
+    io.stderr(`laneway: ${(error as Error).message}\n`);
+    return 2;
+  }
   let server: LanewayServer;
   try {
-    server = await LanewayServer.start({ startup, logger: log });
+    server = await LanewayServer.start({ startup, logger: log, kmapPausePoints });
   } catch (error) {
     if (error instanceof EmbeddedServerError) {
       io.stderr(`laneway: ${error.message}\n`);
@@ -55,13 +63,25 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
   io.stdout(lines.join("\n") + "\n");
   log.info("laneway serving", { url: server.url, version: lanewayVersion() });
 
+  let stopping = false;
   const reason = await Promise.race([
     new Promise<NodeJS.Signals>((resolve) => {
-      process.once("SIGTERM", () => resolve("SIGTERM"));
-      process.once("SIGINT", () => resolve("SIGINT"));
+      const onSignal = (signal: NodeJS.Signals) => {
+        if (!stopping) {
+          stopping = true;
+          resolve(signal);
+          return;
+        }
+        // A second signal while draining: stop waiting for in-flight calls.
+        log.warn("second signal during shutdown: exiting without waiting", { signal });
+        process.exit(1);
+      };
+      process.on("SIGTERM", onSignal);
+      process.on("SIGINT", onSignal);
     }),
     server.fatal.then(() => "fatal" as const),
   ]);
+  stopping = true;
   log.info("shutting down", { reason });
   const report = await server.close();
   for (const step of report.steps) if (!step.ok) log.error("shutdown step did not complete", { step: step.step });

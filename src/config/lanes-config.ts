@@ -49,6 +49,13 @@ export const LANES_LIMITS = Object.freeze({
   maxTokenBytes: 4_096,
 });
 
+/**
+ * Bearer tokens travel in an HTTP header as `Authorization: Bearer <token>`:
+ * a space, a control character or a non-ASCII byte would make the token
+ * impossible to present, so tokens are visible ASCII only.
+ */
+export const TOKEN_CHARACTERS = /^[\x21-\x7e]*$/;
+
 /** Lane, project, group and namespace ids: plain identifiers, as in the specification. */
 export const IDENTIFIER_PATTERN = /^[a-z][a-z0-9_-]*$/;
 const IDENTIFIER_RULE = "^[a-z][a-z0-9_-]*$";
@@ -593,6 +600,9 @@ function readTokens(principals: readonly LanePrincipal[], env: Env): ReadonlyMap
         `lanes: the token of project ${project} (${tokenEnv}) must be ${minTokenBytes} to ${maxTokenBytes} bytes, got ${secret.byteLength}`,
         tokenEnv,
       );
+    }
+    if (!TOKEN_CHARACTERS.test(value)) {
+      throw new LanesConfigError(`lanes: the token of project ${project} (${tokenEnv}) must be visible ASCII without spaces`, tokenEnv);
     }
     tokens.push([project, secret]);
   }

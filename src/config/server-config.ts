@@ -33,7 +33,7 @@ import { resolveCredentialsFile } from "./credentials-file.js";
 import { formatGoDuration, MINUTE, nanosToMillis, parseGoDuration } from "./duration.js";
 import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "./env-name.js";
 import { ServerConfigError } from "./errors.js";
-import { ADMIN_TOKEN_ENV, LANES_LIMITS } from "./lanes-config.js";
+import { ADMIN_TOKEN_ENV, LANES_LIMITS, TOKEN_CHARACTERS } from "./lanes-config.js";
 import { parseNatsServers } from "./nats-url.js";
 import { Secret } from "./secret.js";
 
@@ -376,6 +376,9 @@ function readAdminToken(env: Env): Secret | undefined {
       `${ADMIN_TOKEN_ENV} must be ${minTokenBytes} to ${maxTokenBytes} bytes, got ${token.byteLength}`,
       ADMIN_TOKEN_ENV,
     );
+  }
+  if (!TOKEN_CHARACTERS.test(token.reveal())) {
+    throw new ServerConfigError(`${ADMIN_TOKEN_ENV} must be visible ASCII without spaces`, ADMIN_TOKEN_ENV);
   }
   return token;
 }

@@ -61,7 +61,22 @@ export class CommandRuntime {
 
   /** Starts the runtime once the manager is ready; the same promise on every call. */
   run(): Promise<void> {
-    this.#running ??= this.#loop();
+    if (this.#running === undefined) {
+      const failure = this.#manager.failure;
+      this.#running =
+        failure === undefined
+          ? this.#loop()
+          : Promise.race([
+              this.#loop(),
+              // A manager that fails while the runtime is idle ends it too.
+              failure.then((error) => {
+                if (this.stopped) return;
+                this.#stopping.abort();
+                this.#wakeWaiter?.();
+                throw new KwebTaskError(error);
+              }),
+            ]);
+    }
     return this.#running;
   }
 

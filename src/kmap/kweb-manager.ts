@@ -63,4 +63,10 @@ export interface KwebManager {
   apply(request: ApplyRequest): Promise<ApplyOutcome>;
   /** Stops the manager; an apply in progress finishes first. */
   close(): Promise<void>;
+  /**
+   * Optional: settles with the reason once the manager can no longer apply
+   * anything (for example its writer thread died while idle), so that the
+   * runtime ends at once instead of at the next command.
+   */
+  readonly failure?: Promise<Error>;
 }

@@ -1,3 +1,5 @@
+import { KmapError } from "./errors.js";
+
 /**
  * Named points in the runtime where a fault-injection test may stop the
  * process, so it can be killed with SIGKILL exactly there:
@@ -28,9 +30,11 @@ export function pausePointsFromSetting(setting: string | undefined): PausePoints
   const wanted = new Map<PausePoint, number>();
   for (const part of setting.split(",")) {
     const [name, occurrence] = part.trim().split(":");
-    if (!pausePointNames.includes(name as PausePoint)) throw new Error(`LANEWAY_KMAP_PAUSE_AT: unknown pause point ${JSON.stringify(name)}`);
-    const n = occurrence === undefined ? 1 : Number.parseInt(occurrence, 10);
-    if (!Number.isSafeInteger(n) || n < 1) throw new Error("LANEWAY_KMAP_PAUSE_AT: the occurrence must be a positive integer");
+    if (!pausePointNames.includes(name as PausePoint)) {
+      throw new KmapError("invalid_input", `LANEWAY_KMAP_PAUSE_AT names no pause point; use one of ${pausePointNames.join(", ")}`);
+    }
+    const n = occurrence === undefined ? 1 : Number(occurrence);
+    if (!Number.isSafeInteger(n) || n < 1) throw new KmapError("invalid_input", "LANEWAY_KMAP_PAUSE_AT: the occurrence must be a positive integer");
     wanted.set(name as PausePoint, n);
   }
   const seen = new Map<PausePoint, number>();

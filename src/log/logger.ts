@@ -77,7 +77,15 @@ function parseLevel(value: string | undefined): LogLevel {
  */
 export function safeErrorFields(error: unknown): LogFields {
   if (hasSafeMessage(error)) {
-    return { error: error.name, code: (error as { code?: string }).code, reason: error.message };
+    // What caused it, said safely the same way: an operator must be able to
+    // tell a locked database from a full disk or a dead worker thread.
+    const cause = error.cause === undefined ? {} : safeErrorFields(error.cause);
+    return {
+      error: error.name,
+      code: (error as { code?: string }).code,
+      reason: error.message,
+      ...(cause.error !== undefined ? { cause: cause.error, causeCode: cause.code, causeReason: cause.reason } : {}),
+    };
   }
   if (error instanceof Error) {
     const code = (error as { code?: unknown }).code;

@@ -204,11 +204,13 @@ export class BrokerConnection {
   /**
    * Stops reconnecting and drains the live connection (bounded by
    * `timeoutMs`, default 5 000; then it is closed hard). Idempotent.
+   * Resolves `drained: false` when the drain failed or timed out and the
+   * connection had to be closed hard.
    */
-  async close(options: { timeoutMs?: number } = {}): Promise<void> {
+  async close(options: { timeoutMs?: number } = {}): Promise<{ drained: boolean }> {
     if (this.#state === "closed") {
       await this.#attempt;
-      return;
+      return { drained: true };
     }
     this.#setState("closed", undefined);
     clearTimeout(this.#timer);
@@ -217,7 +219,8 @@ export class BrokerConnection {
     await this.#attempt;
     const live = this.#live;
     this.#live = undefined;
-    if (live !== undefined) await drainBounded(live.nc, options.timeoutMs ?? 5_000);
+    if (live === undefined) return { drained: true };
+    return { drained: await drainBounded(live.nc, options.timeoutMs ?? 5_000) };
   }
 
   #requireLive(): Live {
@@ -336,8 +339,8 @@ export function backoffDelay(failures: number, options: BackoffOptions = {}): nu
   return Math.round(base * (1 - jitter * Math.random()));
 }
 
-async function drainBounded(nc: NatsConnection, timeoutMs: number): Promise<void> {
-  if (nc.isClosed()) return;
+async function drainBounded(nc: NatsConnection, timeoutMs: number): Promise<boolean> {
+  if (nc.isClosed()) return true;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<"timeout">((r) => {
     timer = setTimeout(() => r("timeout"), timeoutMs);
@@ -345,8 +348,10 @@ async function drainBounded(nc: NatsConnection, timeoutMs: number): Promise<void
   try {
     const outcome = await Promise.race([nc.drain().then(() => "drained" as const), timeout]);
     if (outcome === "timeout") await nc.close();
+    return outcome === "drained";
   } catch {
     await nc.close().catch(() => undefined);
+    return false;
   } finally {
     clearTimeout(timer);
   }

@@ -68,6 +68,8 @@ function genericReason(domain: ErrorDomain, code: Code): string {
       return "forbidden";
     case Code.Unimplemented:
       return "unimplemented";
+    case Code.NotFound:
+      return "not_found";
     case Code.ResourceExhausted:
       return domain === "lanes" ? "lane_capacity" : "resource_exhausted";
     default:

@@ -7,8 +7,9 @@
  * https://github.com/grpc/grpc/blob/master/doc/health-checking.md and grpc-go's
  * `health.Server`, which clients are tested against.
  *
- * The service needs no authentication: probes carry no credentials. The auth
- * interceptor skips `grpc.health.v1.Health`; nothing here depends on that.
+ * The service needs no authentication: probes carry no credentials. The
+ * request gate (src/server/auth.ts) lets `grpc.health.v1.Health` through;
+ * nothing here depends on that.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ConnectRouter } from "@connectrpc/connect";

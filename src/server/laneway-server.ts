@@ -13,7 +13,7 @@ import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import type { StartupConfig } from "../config/index.js";
-import { openKmapCore, pausePointsFromSetting, type KmapCore } from "../kmap/index.js";
+import { openKmapCore, type KmapCore, type PausePoints } from "../kmap/index.js";
 import { LaneRegistry } from "../lanes/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
@@ -53,6 +53,8 @@ export const lanewayServices: readonly DescService[] = [
 export interface LanewayServerOptions {
   readonly startup: StartupConfig;
   readonly logger: Logger;
+  /** Fault-injection pause points of the Kmap runtime (tests only; see pause-points.ts). */
+  readonly kmapPausePoints?: PausePoints;
 }
 
 /** One step of shutdown and whether it succeeded. */
@@ -153,7 +155,7 @@ export class LanewayServer {
       const kmap = await openKmapCore({
         directory: join(server.dataDir, "kmap"),
         logger: log.child({ core: "kmap" }),
-        pausePoints: pausePointsFromSetting(startup.env.LANEWAY_KMAP_PAUSE_AT),
+        ...(options.kmapPausePoints ? { pausePoints: options.kmapPausePoints } : {}),
       });
       started.push({ close: () => kmap.close() });
 
@@ -172,8 +174,9 @@ export class LanewayServer {
         health.set("", status(brokerServing && kmapRunning));
       };
       broker.onStateChange(() => {
-        if (broker.state !== "connected") log.warn("NATS connection is not available", { state: broker.state });
-        else log.info("NATS connection is available", { generation: broker.generation });
+        if (broker.state === "connected") log.info("NATS connection is available", { generation: broker.generation });
+        else if (broker.state === "closed") log.info("NATS connection closed");
+        else log.warn("NATS connection is not available", { state: broker.state });
         refreshHealth();
       });
       refreshHealth();
@@ -201,16 +204,13 @@ export class LanewayServer {
       const drain = new AbortController();
       setMaxListeners(0, drain.signal);
       const routes = (router: ConnectRouter) => {
-        // Without a lanes configuration there is no project token and no
-        // lane: LaneService is not served at all (clients get unimplemented).
-        if (registry) router.service(LaneService, laneServiceImpl(registry));
+        router.service(LaneService, laneServiceImpl(registry));
         router.service(HiveHubService, hiveHubServiceImpl);
         router.service(HiveMemberService, hiveMemberServiceImpl);
         router.service(KmapCommandService, kmapCommandServiceImpl(kmap.lane, drain.signal));
         router.service(KmapReadService, kmapReadServiceImpl(kmap.reader));
         healthRoutes(router, health);
-        const served = lanewayServices.filter((service) => registry || service !== LaneService);
-        reflectionRoutes(router, [...served, Health], { files: [file_laneway_errors_v1_errors] });
+        reflectionRoutes(router, [...lanewayServices, Health], { files: [file_laneway_errors_v1_errors] });
       };
       const handler = connectNodeAdapter({
         routes,
@@ -276,12 +276,10 @@ export class LanewayServer {
       return result.drained;
     });
     await run("stop the Kmap runtime and close its databases", () => this.#kmap.close());
-    await run("close NATS connection", () => this.#broker.close());
+    await run("close NATS connection", async () => (await this.#broker.close()).drained);
     if (this.#embedded) {
       const embedded = this.#embedded;
-      await run("stop embedded nats-server", async () => {
-        await embedded.stop();
-      });
+      await run("stop embedded nats-server", async () => !(await embedded.stop()).forced);
     }
     return { ok: steps.every((s) => s.ok), steps };
   }

@@ -20,6 +20,9 @@ import * as net from "node:net";
 
 const preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
 
+/** How long a new connection may stay silent before its protocol is known. */
+const SNIFF_TIMEOUT_MS = 30_000;
+
 type RequestHandler = (req: http.IncomingMessage | http2.Http2ServerRequest, res: http.ServerResponse | http2.Http2ServerResponse) => void;
 
 /** What `close` reports: whether every connection ended before the deadline. */
@@ -76,6 +79,9 @@ export class DualProtocolListener {
       if (this.connections.size === 0) for (const waiter of this.idleWaiters.splice(0)) waiter();
     });
     socket.on("error", () => socket.destroy());
+    // A peer that opens a connection and never says which protocol it
+    // speaks must not hold it forever.
+    socket.setTimeout(SNIFF_TIMEOUT_MS, () => socket.destroy());
     let received = Buffer.alloc(0);
     const onData = (chunk: Buffer) => {
       received = Buffer.concat([received, chunk]);
@@ -83,6 +89,7 @@ export class DualProtocolListener {
       const prefixMatches = received.subarray(0, compared).equals(preface.subarray(0, compared));
       if (prefixMatches && received.length < preface.length) return; // wait for more bytes
       socket.off("data", onData);
+      socket.setTimeout(0);
       socket.pause();
       socket.unshift(received);
       connection.protocol = prefixMatches ? "http2" : "http1";

@@ -373,6 +373,16 @@ const CASES: Case[] = [
     env: { ATLAS_LANE_TOKEN: `${"é".repeat(15)}x` },
     message: "lanes: the token of project atlas (ATLAS_LANE_TOKEN) must be 32 to 4096 bytes, got 31",
   },
+  {
+    name: "token with a space",
+    env: { ATLAS_LANE_TOKEN: `${"a".repeat(20)} ${"b".repeat(20)}` },
+    message: "lanes: the token of project atlas (ATLAS_LANE_TOKEN) must be visible ASCII without spaces",
+  },
+  {
+    name: "token with non-ASCII characters",
+    env: { ATLAS_LANE_TOKEN: "é".repeat(20) },
+    message: "lanes: the token of project atlas (ATLAS_LANE_TOKEN) must be visible ASCII without spaces",
+  },
   { name: "token too long", env: { BEACON_LANE_TOKEN: "b".repeat(4097) }, message: "lanes: the token of project beacon (BEACON_LANE_TOKEN) must be 32 to 4096 bytes, got 4097" },
   { name: "tokens equal", env: { BEACON_LANE_TOKEN: ATLAS }, message: "lanes: projects atlas and beacon have the same token; every project needs its own" },
   {

@@ -181,6 +181,7 @@ describe("errors name the flag or variable and never echo secrets or URLs", () =
     ["nats-server binary not executable", [], { LANEWAY_NATS_SERVER_BIN: notExecutable }, "LANEWAY_NATS_SERVER_BIN does not name an executable file: install nats-server with apt-get install -y nats-server, or use --nats-url for an existing server"],
     ["operator token too short", [], { LANEWAY_ADMIN_TOKEN: "short" }, "LANEWAY_ADMIN_TOKEN must be 32 to 4096 bytes, got 5"],
     ["operator token too long", [], { LANEWAY_ADMIN_TOKEN: "x".repeat(4097) }, "LANEWAY_ADMIN_TOKEN must be 32 to 4096 bytes, got 4097"],
+    ["operator token with a newline", [], { LANEWAY_ADMIN_TOKEN: `${"x".repeat(32)}\n` }, "LANEWAY_ADMIN_TOKEN must be visible ASCII without spaces"],
   ];
 
   test.each(CASES)("%s", (_name, argv, env, message) => {

@@ -156,6 +156,7 @@ describe.each(wireProtocols)("over %s", (protocol) => {
     const missing = await failure(() => commands.getCommand({ idempotencyId: "e".repeat(32) }));
     expect(missing.code).toBe(Code.NotFound);
     expect((await failure(() => reads.getNode({ nodeId: "e".repeat(32) }))).code).toBe(Code.NotFound);
+    expect(missing.findDetails(ErrorDetailSchema)[0]).toMatchObject({ reason: "not_found", domain: "kmap" });
     expect((await failure(() => commands.listCommands({ pageToken: "not-a-token" }))).code).toBe(Code.InvalidArgument);
 
     const project = clients(protocol, laneway.tokens.atlas);
@@ -166,6 +167,10 @@ describe.each(wireProtocols)("over %s", (protocol) => {
 
 test("listing pages through every record in submission order", async () => {
   const { commands } = clients("connect-binary");
+  // Its own records, so the test does not depend on the others: ten creates
+  // and one delete of a node that does not exist.
+  for (let i = 0; i < 10; i++) await submitAndFollow("connect-binary", { operation: { case: "createNode", value: { kind: "topic", title: `page ${i}` } } });
+  await submitAndFollow("connect-binary", { operation: { case: "deleteNode", value: { nodeId: "d".repeat(32) } } });
   const seen: bigint[] = [];
   let pageToken = "";
   do {
@@ -195,4 +200,40 @@ test("a watch ends normally when the server shuts down", async () => {
   expect(report.ok).toBe(true);
   expect(positions).toEqual([1n, 2n, 3n]);
   await own.stop();
+});
+
+describe("every validation rule through the generated client", () => {
+  const node = "0123456789abcdef0123456789abcdef";
+  const tx = "00112233445566778899aabbccddeeff";
+  const attributes = Object.fromEntries(Array.from({ length: 64 }, (_, i) => [`k${i}`, "v".repeat(4096)]));
+  const cases: [string, { idempotencyId?: string; command?: Parameters<typeof create<typeof CommandSchema>>[1]; expected?: Record<string, string> }, RegExp][] = [
+    ["an id that is too short", { idempotencyId: "a".repeat(31) }, /idempotency_id: must be 32 lowercase hexadecimal characters/],
+    ["an id that is too long", { idempotencyId: "a".repeat(33) }, /idempotency_id: must be 32 lowercase hexadecimal characters/],
+    ["an uppercase id", { idempotencyId: "A".repeat(32) }, /idempotency_id: must be 32 lowercase hexadecimal characters/],
+    ["a non-hex id", { idempotencyId: "g".repeat(32) }, /idempotency_id: must be 32 lowercase hexadecimal characters/],
+    ["a pending node id", { command: { operation: { case: "deleteNode", value: { nodeId: "pending:new" } } } }, /node_id: must be a canonical node id.*pending ids are not accepted/],
+    ["a malformed node id", { command: { operation: { case: "moveNode", value: { nodeId: node, newParentId: "root" } } } }, /new_parent_id: must be a canonical node id/],
+    ["a pending expectation key", { expected: { "pending:x": tx } }, /expected_transaction_ids.*must be a canonical node id/],
+    ["a malformed expected transaction id", { expected: { [node]: "nope" } }, /expected_transaction_ids.*must be 32 lowercase hexadecimal characters/],
+    ["more than 64 expectations", { expected: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [i.toString(16).padStart(32, "0"), tx])) }, /expected_transaction_ids: map must be at most 64 entries/],
+    ["an empty command", { command: {} }, /command\.operation: exactly one field is required in oneof/],
+    ["an oversize command", { command: { operation: { case: "createNode", value: { kind: "topic", title: "big", body: "b".repeat(131_072), attributes } } } }, /^the command is \d+ bytes serialized; the limit is 262144$/],
+  ];
+  test.each(cases)("%s is invalid_argument (invalid_input), and nothing is stored", async (_name, input, message) => {
+    const { commands } = clients("connect-json");
+    const idempotencyId = input.idempotencyId ?? newId();
+    const error = await failure(() =>
+      commands.submitCommand({
+        idempotencyId,
+        command: create(CommandSchema, input.command ?? { operation: { case: "createNode", value: { kind: "topic", title: "ok" } } }),
+        expectedTransactionIds: input.expected ?? {},
+      }),
+    );
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.findDetails(ErrorDetailSchema)[0]).toMatchObject({ reason: "invalid_input", domain: "kmap" });
+    expect(error.rawMessage).toMatch(message);
+    if (/^[0-9a-f]{32}$/.test(idempotencyId)) {
+      expect((await failure(() => commands.getCommand({ idempotencyId }))).code).toBe(Code.NotFound);
+    }
+  });
 });

@@ -140,6 +140,7 @@ describe.each(wireProtocols)("over %s", (protocol) => {
     expect((await health.check({ service: LaneService.typeName })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
     const unknown = await failure(() => health.check({ service: "no.such.Service" }));
     expect(unknown.code).toBe(Code.NotFound);
+    expect(reasonOf(unknown)).toEqual({ reason: "not_found", domain: "server" });
   });
 });
 
@@ -152,5 +153,21 @@ test("no token appears in any error message or log line", () => {
   expect(laneway.logs.length).toBeGreaterThan(0);
   for (const line of laneway.logs) {
     for (const secret of secrets) expect(line).not.toContain(secret);
+  }
+});
+
+test("without a lanes configuration LaneService still answers, refusing every token with a reason", async () => {
+  const off = await startLanewayInProcess({ lanesConfig: false });
+  try {
+    const stranger = off.clients.client(LaneService, { token: off.tokens.atlas, protocol: "grpc" });
+    const unknown = await failure(() => stranger.getRegistry({}));
+    expect(unknown.code).toBe(Code.Unauthenticated);
+    expect(reasonOf(unknown)).toEqual({ reason: "unauthorized", domain: "lanes" });
+    const operator = off.clients.client(LaneService, { token: off.tokens.admin, protocol: "connect-json" });
+    expect(reasonOf(await failure(() => operator.getRegistry({})))).toEqual({ reason: "forbidden", domain: "lanes" });
+    const health = off.clients.client(Health, { protocol: "grpc" });
+    expect((await health.check({ service: LaneService.typeName })).status).toBe(HealthCheckResponse_ServingStatus.NOT_SERVING);
+  } finally {
+    expect((await off.stop()).ok).toBe(true);
   }
 });

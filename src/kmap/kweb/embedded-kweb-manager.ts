@@ -66,6 +66,9 @@ export class EmbeddedKwebManager implements KwebManager {
   #idleWaiters: Array<() => void> = [];
   #closedAck: (() => void) | undefined;
   #closing: Promise<void> | undefined;
+  #reportFailure!: (error: Error) => void;
+  /** Settles when the manager fails after it was ready (see KwebManager.failure). */
+  readonly failure: Promise<Error> = new Promise((resolve) => (this.#reportFailure = resolve));
 
   constructor(options: EmbeddedKwebManagerOptions) {
     this.#workerData = {
@@ -238,6 +241,7 @@ export class EmbeddedKwebManager implements KwebManager {
 
   /** Enters the failed phase: everything waiting, and everything later, rejects with `failure`. */
   #fail(failure: Error): void {
+    if (this.#phase === "ready") this.#reportFailure(failure);
     this.#phase = "failed";
     this.#failure = failure;
     this.#settleReady?.reject(failure);

@@ -15,15 +15,20 @@ import { notBuilt } from "../not-built.js";
 /**
  * LaneService: decode, authorize, call the lanes core, encode. The registry
  * is served from configuration; the JetStream operations arrive with the
- * lanes core and answer `unimplemented` until then.
+ * lanes core and answer `unimplemented` until then. The service is served
+ * even without a lanes configuration, so that callers get the documented
+ * `unauthenticated` (no project token exists) rather than a bare 404.
  */
-export function laneServiceImpl(registry: LaneRegistry): ServiceImpl<typeof LaneService> {
+export function laneServiceImpl(registry: LaneRegistry | undefined): ServiceImpl<typeof LaneService> {
   // The registry is immutable for the life of the process: build each
   // project's answer once instead of on every call.
   const answers = new Map<string, GetRegistryResponse>();
   return {
     getRegistry(_req, ctx) {
       const { project } = principalOf(ctx, "project");
+      // Without a lanes configuration no project token exists, so the
+      // request gate refuses every caller before this point.
+      if (registry === undefined) throw notBuilt("lanes", "GetRegistry (this server has no lanes configuration)");
       let answer = answers.get(project);
       if (answer === undefined) {
         answer = registryResponse(registry.viewFor(project));
@@ -86,6 +91,9 @@ function registryResponse(view: RegistryView): GetRegistryResponse {
       retention: durationFromMs(b.retentionMs),
       maxPayload: BigInt(b.maxPayload),
       operationTimeout: durationFromMs(b.operationTimeoutMs),
+      duplicateWindow: durationFromMs(b.duplicateWindowMs),
+      maxRecords: BigInt(b.maxRecords),
+      maxBytes: BigInt(b.maxBytes),
     }),
   });
 }

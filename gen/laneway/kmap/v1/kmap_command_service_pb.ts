@@ -380,7 +380,9 @@ export const KmapCommandService: GenService<{
   /**
    * WatchCommands streams every record change after a position, from the
    * durable change log, then live: queued, applying, retry scheduled,
-   * committed, failed. The stream ends only on error, cancellation or server
+   * committed, failed, recovered. It waits for changes: a position past the
+   * end, or an idempotency id with no record yet, simply has none to send
+   * until they happen. The stream ends only on error, cancellation or server
    * shutdown; resume with the last position received.
    *
    * @generated from rpc laneway.kmap.v1.KmapCommandService.WatchCommands
