@@ -5,10 +5,13 @@ import Database from "better-sqlite3";
 import { afterEach, describe, expect, test } from "vitest";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { CommandSchema, type Command } from "../../gen/laneway/kmap/v1/command_pb.js";
+import type { Worker } from "node:worker_threads";
+import { EmbeddedKwebManager, type KwebWorkerData } from "../../src/kmap/kweb/index.js";
 import {
   FIRST_RETRY_DELAY_MS,
   KwebTaskError,
   MAX_RETRY_DELAY_MS,
+  openCommandLane,
   openKmapCore,
   WriterUnavailableError,
   type CommandRecord,
@@ -221,5 +224,32 @@ describe("failures of the runtime itself", () => {
       if (event.kind === "committed") break;
     }
     expect(kinds).toEqual(["queued", "applying", "recovered", "applying", "committed"]);
+  });
+
+  test("a Kweb writer thread that dies while the runtime is idle ends the runtime at once", async () => {
+    const directory = await mkdtemp(join(tmpdir(), "laneway-kmap-runtime-"));
+    cleanups.push(() => rm(directory, { recursive: true, force: true }));
+    class ObservedManager extends EmbeddedKwebManager {
+      worker: Worker | undefined;
+      protected override spawnWorker(workerData: KwebWorkerData): Worker {
+        this.worker = super.spawnWorker(workerData);
+        return this.worker;
+      }
+    }
+    const manager = new ObservedManager({ databasePath: join(directory, "kweb.sqlite"), signingKeyPath: join(directory, "signing-key.pem") });
+    const opened = openCommandLane(join(directory, "commands.sqlite"), manager, { clock: new ManualClock() });
+    cleanups.push(async () => {
+      await manager.close();
+      opened.close();
+    });
+    const running = opened.runtime.run().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    await manager.ready();
+    await manager.worker!.terminate();
+    const error = await running;
+    expect(error).toBeInstanceOf(KwebTaskError);
+    expect((error as KwebTaskError).cause).toMatchObject({ reason: "worker_stopped" });
   });
 });
