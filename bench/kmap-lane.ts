@@ -48,6 +48,7 @@
  * percentiles over all samples of one measurement (or of both rounds).
  * Nothing is asserted.
  */
+import { LaneStore } from "../src/kmap/lane-store.js";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -184,6 +185,9 @@ export async function kmapLane(): Promise<void> {
   let rawFiles = 0;
   async function rawThroughput(shape: "row" | "submit", writers: number): Promise<number> {
     const path = join(dir, `raw-${rawFiles++}.sqlite`);
+    // The lane's own schema, created by the lane's own code (then closed):
+    // the baseline inserts into exactly the table a submit writes.
+    new LaneStore(path).close();
     // Several writers start together, once every process is up.
     const startAt = writers > 1 ? Date.now() + 1500 : undefined;
     const results = await Promise.all(

@@ -1,7 +1,7 @@
 /**
  * The raw SQLite baseline of the kmap-lane benchmark, run as its own
  * process: better-sqlite3 inserting rows like the lane's Queued record
- * (the same `commands` table, a ~300 B canonical submission with a fresh
+ * (into the lane's own `commands` table, created beforehand by LaneStore, a ~300 B canonical submission with a fresh
  * 32-hex idempotency id) into a WAL database with synchronous=FULL, one
  * IMMEDIATE transaction (one fsync) per insert, as fast as it can for
  * `seconds`.
@@ -38,40 +38,7 @@ db.pragma("journal_mode = WAL");
 db.pragma("synchronous = FULL");
 db.pragma("foreign_keys = ON");
 db.pragma("busy_timeout = 5000");
-// The lane's schema (src/kmap/lane-store.ts), created once even when several copies start together.
-db.transaction(() => {
-  db.exec(`
-    CREATE TABLE IF NOT EXISTS commands (
-      sequence INTEGER PRIMARY KEY AUTOINCREMENT,
-      idempotency_id TEXT NOT NULL UNIQUE,
-      submission TEXT NOT NULL,
-      state TEXT NOT NULL CHECK (state IN ('queued', 'applying', 'committed', 'failed')),
-      submitted_at INTEGER NOT NULL,
-      attempts INTEGER NOT NULL,
-      next_attempt_at INTEGER,
-      transaction_id TEXT,
-      created_node_id TEXT,
-      error_code TEXT,
-      error_message TEXT,
-      updated_at INTEGER NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS commands_unfinished ON commands (sequence) WHERE state IN ('queued', 'applying');
-    CREATE TABLE IF NOT EXISTS command_events (
-      position INTEGER PRIMARY KEY AUTOINCREMENT,
-      sequence INTEGER NOT NULL REFERENCES commands (sequence),
-      kind TEXT NOT NULL,
-      state TEXT NOT NULL,
-      attempts INTEGER NOT NULL,
-      next_attempt_at INTEGER,
-      transaction_id TEXT,
-      created_node_id TEXT,
-      error_code TEXT,
-      error_message TEXT,
-      changed_at INTEGER NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS command_events_by_sequence ON command_events (sequence, position);
-  `);
-}).immediate();
+// The file already holds the lane's schema: bench/kmap-lane.ts creates it with the lane's LaneStore.
 
 const byId = db.prepare<[string], { sequence: number }>("SELECT sequence FROM commands WHERE idempotency_id = ?");
 const insert = db.prepare<[string, string, number, number, number]>(
