@@ -44,7 +44,6 @@ export {
 } from "./lanes-config.js";
 export { REGISTRY_FORMAT_VERSION, registryDocument, serializeRegistry } from "./registry.js";
 export { laneCapabilities, projectCapabilities, type LaneCapabilities } from "./capabilities.js";
-export { findProjectByToken } from "./principal-token.js";
 export {
   loadServerConfig,
   SERVER_DEFAULTS,

@@ -62,7 +62,3 @@ export const transitions: Readonly<Record<Exclude<CommandEventKind, "queued">, {
   failed: { from: "applying", to: "failed" },
   recovered: { from: "applying", to: "queued" },
 };
-
-export function isTerminal(state: CommandState): boolean {
-  return state === "committed" || state === "failed";
-}

@@ -7,7 +7,7 @@
 export { canonicalCommand, parseCanonicalCommand } from "./canonical-command.js";
 export { systemClock, type Clock } from "./clock.js";
 export { CommandLane, type SubmitResult } from "./command-lane.js";
-export { isTerminal, type CommandEvent, type CommandEventKind, type CommandFailure, type CommandRecord, type CommandState } from "./command-record.js";
+export { type CommandEvent, type CommandEventKind, type CommandFailure, type CommandRecord, type CommandState } from "./command-record.js";
 export { CommandRuntime, KwebTaskError, type RuntimeOptions } from "./command-runtime.js";
 export { KmapError, type KmapErrorCode } from "./errors.js";
 export { WriterUnavailableError, type ApplyOutcome, type ApplyRequest, type KwebManager, type RejectionCode } from "./kweb-manager.js";

@@ -5,7 +5,6 @@ import { inspect } from "node:util";
 import { afterAll, describe, expect, test } from "vitest";
 import {
   DEMO_LANES_CONFIG,
-  findProjectByToken,
   laneCapabilities,
   LanesConfigError,
   loadLanesConfig,
@@ -15,6 +14,7 @@ import {
   serializeRegistry,
   type LanesConfig,
 } from "../../src/config/index.js";
+import { Authenticator } from "../../src/server/auth.js";
 
 // Distinct, valid tokens (>= 32 bytes). Every failing case runs with these
 // present and asserts none of them appears in the message.
@@ -711,11 +711,12 @@ describe("the loaded configuration", () => {
     });
   });
 
-  test("findProjectByToken maps a presented token to its project", () => {
-    expect(findProjectByToken(config.tokens, BEACON)).toBe("beacon");
-    expect(findProjectByToken(config.tokens, ATLAS)).toBe("atlas");
-    expect(findProjectByToken(config.tokens, ADMIN)).toBeUndefined();
-    expect(findProjectByToken(config.tokens, ATLAS.slice(0, -1))).toBeUndefined();
-    expect(findProjectByToken(config.tokens, "")).toBeUndefined();
+  test("the server's authenticator maps a presented token to its project, and nothing else", () => {
+    const authenticator = new Authenticator({ projectTokens: config.tokens });
+    expect(authenticator.resolveToken(BEACON)).toEqual({ kind: "project", project: "beacon" });
+    expect(authenticator.resolveToken(ATLAS)).toEqual({ kind: "project", project: "atlas" });
+    expect(authenticator.resolveToken(ADMIN)).toBeUndefined();
+    expect(authenticator.resolveToken(ATLAS.slice(0, -1))).toBeUndefined();
+    expect(authenticator.resolveToken("")).toBeUndefined();
   });
 });
