@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { cp, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { promisify } from "node:util";
@@ -8,7 +8,8 @@ import { repoRoot } from "./helpers/laneway.js";
 
 /**
  * The contract checks reviewers run: buf lint (STANDARD and COMMENTS),
- * buf format, buf breaking against main, and gen/ being exactly what
+ * buf format, buf breaking against the released contract image
+ * (contract/released.binpb) and against main, and gen/ being exactly what
  * `npm run gen` produces from proto/.
  */
 
@@ -20,9 +21,9 @@ afterAll(async () => {
   for (const dir of scratch) await rm(dir, { recursive: true, force: true });
 });
 
-async function bufOk(args: string[]): Promise<{ ok: boolean; output: string }> {
+async function bufOk(args: string[], cwd = repoRoot): Promise<{ ok: boolean; output: string }> {
   try {
-    const { stdout, stderr } = await run(buf, args, { cwd: repoRoot });
+    const { stdout, stderr } = await run(buf, args, { cwd });
     return { ok: true, output: stdout + stderr };
   } catch (error) {
     const e = error as { stdout?: string; stderr?: string };
@@ -79,4 +80,28 @@ test("no breaking change against main", async () => {
   const result = await bufOk(["breaking", "proto", "--against", against]);
   expect(result.output).toBe("");
   expect(result.ok).toBe(true);
+});
+
+const releasedImage = join(repoRoot, "contract/released.binpb");
+
+test("no breaking change against the released contract", async () => {
+  const result = await bufOk(["breaking", "proto", "--against", releasedImage]);
+  expect(result.output).toBe("");
+  expect(result.ok).toBe(true);
+});
+
+test("the breaking check bites: a copy of proto/ with a released field removed fails it, on any checkout", async () => {
+  const copy = await mkdtemp(join(tmpdir(), "laneway-breaking-"));
+  scratch.push(copy);
+  await cp(join(repoRoot, "proto"), join(copy, "proto"), { recursive: true });
+  await cp(join(repoRoot, "third_party/proto"), join(copy, "third_party/proto"), { recursive: true });
+  await cp(join(repoRoot, "buf.yaml"), join(copy, "buf.yaml"));
+  const file = join(copy, "proto/laneway/lane/v1/lane_service.proto");
+  const text = await readFile(file, "utf8");
+  const field = "  // Optional untrusted absolute URI metadata; empty when not given.\n  string provenance = 8;\n";
+  expect(text).toContain(field);
+  await writeFile(file, text.replace(field, ""));
+  const result = await bufOk(["breaking", "proto", "--against", releasedImage], copy);
+  expect(result.ok).toBe(false);
+  expect(result.output).toContain('Previously present field "8" with name "provenance" on message "LaneRecord" was deleted.');
 });
