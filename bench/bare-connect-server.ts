@@ -13,8 +13,7 @@ import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { LaneService } from "../gen/laneway/lane/v1/lane_service_pb.js";
-import { loadLanesConfig } from "../src/config/index.js";
-import { LaneRegistry } from "../src/lanes/index.js";
+import { LaneRegistry, loadLanesConfig } from "../src/lanes/index.js";
 import { Authenticator, principalKey } from "../src/server/auth.js";
 import { laneServiceImpl } from "../src/server/services/lane-service.js";
 

@@ -10,8 +10,7 @@
  */
 import { createHash, timingSafeEqual } from "node:crypto";
 import * as http from "node:http";
-import { loadLanesConfig } from "../src/config/index.js";
-import { LaneRegistry } from "../src/lanes/index.js";
+import { LaneRegistry, loadLanesConfig } from "../src/lanes/index.js";
 
 const config = await loadLanesConfig(process.argv[2]!, process.env);
 const registry = new LaneRegistry(config);

@@ -48,7 +48,7 @@
  * percentiles over all samples of one measurement (or of both rounds).
  * Nothing is asserted.
  */
-import { LaneStore } from "../src/kmap/lane-store.js";
+import { CommandStore } from "../src/kmap/internal.js";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -187,7 +187,7 @@ export async function kmapLane(): Promise<void> {
     const path = join(dir, `raw-${rawFiles++}.sqlite`);
     // The lane's own schema, created by the lane's own code (then closed):
     // the baseline inserts into exactly the table a submit writes.
-    new LaneStore(path).close();
+    new CommandStore(path).close();
     // Several writers start together, once every process is up.
     const startAt = writers > 1 ? Date.now() + 1500 : undefined;
     const results = await Promise.all(

@@ -1,7 +1,7 @@
 /**
  * The raw SQLite baseline of the kmap-lane benchmark, run as its own
  * process: better-sqlite3 inserting rows like the lane's Queued record
- * (into the lane's own `commands` table, created beforehand by LaneStore, a ~300 B canonical submission with a fresh
+ * (into the lane's own `commands` table, created beforehand by CommandStore, a ~300 B canonical submission with a fresh
  * 32-hex idempotency id) into a WAL database with synchronous=FULL, one
  * IMMEDIATE transaction (one fsync) per insert, as fast as it can for
  * `seconds`.
@@ -38,7 +38,7 @@ db.pragma("journal_mode = WAL");
 db.pragma("synchronous = FULL");
 db.pragma("foreign_keys = ON");
 db.pragma("busy_timeout = 5000");
-// The file already holds the lane's schema: bench/kmap-lane.ts creates it with the lane's LaneStore.
+// The file already holds the lane's schema: bench/kmap-lane.ts creates it with the lane's CommandStore.
 
 const byId = db.prepare<[string], { sequence: number }>("SELECT sequence FROM commands WHERE idempotency_id = ?");
 const insert = db.prepare<[string, string, number, number, number]>(

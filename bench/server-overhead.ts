@@ -17,6 +17,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { benchSeconds, median, printTable, runJson, startListening } from "./harness.js";
+import { exampleLanesConfig } from "../src/lanes/index.js";
 
 interface LoadResult {
   completed: number;
@@ -32,14 +33,7 @@ export async function serverOverhead(): Promise<void> {
   const lanesPath = join(dir, "lanes.json");
   await writeFile(
     lanesPath,
-    JSON.stringify({
-      namespace: "bench",
-      principals: [
-        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-      ],
-      lanes: [{ id: "measurements", owner: "atlas", publishers: ["atlas", "beacon"], subscribers: ["atlas", "beacon"], groups: { summarizers: ["beacon"] }, recoverers: { summarizers: ["beacon"] } }],
-    }),
+    JSON.stringify(exampleLanesConfig({ namespace: "bench" })),
   );
   const baseline = await startListening("bench/baseline-registry-server.ts", [lanesPath], tokens);
   const bare = await startListening("bench/bare-connect-server.ts", [lanesPath], tokens);

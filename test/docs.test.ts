@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, test } from "vitest";
-import { loadStartupConfig } from "../src/config/index.js";
+import { loadStartupConfig } from "../src/startup/index.js";
 import { silentLogger } from "../src/log/logger.js";
 import { LanewayServer } from "../src/server/laneway-server.js";
 import { repoRoot } from "./helpers/laneway.js";

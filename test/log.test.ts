@@ -1,7 +1,7 @@
 import { expect, test } from "vitest";
 import { KmapError } from "../src/kmap/errors.js";
 import { createLogger, safeErrorFields } from "../src/log/logger.js";
-import { BrokerUnavailableError } from "../src/nats/errors.js";
+import { BrokerUnavailableError } from "../src/nats/index.js";
 
 test("errors Laneway did not write are logged as class name and code only", () => {
   const backend = Object.assign(new Error("connect ECONNREFUSED 10.1.2.3:4222 user=svc pass=hunter2"), { code: "ECONNREFUSED" });

@@ -1,10 +1,11 @@
-import { HealthCheckResponseSchema, Health } from "../../gen/grpc/health/v1/health_pb.js";
-import { parseCommand, printMessage, UsageError, withClient, type CliIo } from "./command.js";
+import { Health } from "../../gen/grpc/health/v1/health_pb.js";
+import { rpcCommand } from "./rpc-command.js";
 
 /** `laneway health [service]`: the gRPC health status (no token needed). */
-export async function healthCommand(args: readonly string[], io: CliIo): Promise<void> {
-  const { values, positionals: rest } = parseCommand(args, {});
-  if (rest.length > 1) throw new UsageError("usage: laneway health [service]");
-  const res = await withClient(Health, values, io, (client) => client.check({ service: rest[0] ?? "" }, { signal: io.signal }));
-  printMessage(io, HealthCheckResponseSchema, res);
-}
+export const healthCommand = rpcCommand({
+  method: Health.method.check,
+  usage: "health [service]",
+  summary: 'the serving status of the server (no service) or of one service',
+  args: ["service?"],
+  request: (i) => ({ service: i.arg("service") }),
+});

@@ -1,28 +1,12 @@
 import { randomBytes } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
-import {
-  CommandSchema,
-  CommandState,
-  CommandRecordSchema,
-  type Command,
-} from "../../gen/laneway/kmap/v1/command_pb.js";
-import {
-  GetCommandResponseSchema,
-  KmapCommandService,
-  ListCommandsResponseSchema,
-  SubmitCommandResponseSchema,
-  WatchCommandsResponseSchema,
-} from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
-import {
-  GetNodeResponseSchema,
-  GetSigningKeyResponseSchema,
-  KmapReadService,
-  ListNodesResponseSchema,
-  ListTransactionsResponseSchema,
-} from "../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
+import { CommandSchema, CommandState, CommandRecordSchema, type Command } from "../../gen/laneway/kmap/v1/command_pb.js";
+import { KmapCommandService, SubmitCommandResponseSchema } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import { KmapReadService } from "../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
 import { verifyTransaction } from "../client/verify-transaction.js";
-import { OutcomeError, parseCommand, parseUint, positionals, printLine, printMessage, UsageError, withClient } from "./command.js";
+import { OutcomeError, parseCommand, positionals, printMessage, UsageError, withClient } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
+import { rpcCommand, type RpcInput } from "./rpc-command.js";
 
 /**
  * `laneway kmap …`: administrator commands of the Kmap command lane and
@@ -149,17 +133,6 @@ const submit: CommandSpec = {
   },
 };
 
-const get: CommandSpec = {
-  name: "get",
-  usage: "get <idempotency-id>",
-  summary: "one command record",
-  async run(args, io) {
-    const { values, positionals: rest } = parseCommand(args, {});
-    const [idempotencyId] = positionals(rest, ["idempotency-id"]);
-    printMessage(io, GetCommandResponseSchema, await withClient(KmapCommandService, values, io, (c) => c.getCommand({ idempotencyId: idempotencyId! }, { signal: io.signal })));
-  },
-};
-
 const stateNames: Record<string, CommandState> = {
   queued: CommandState.QUEUED,
   applying: CommandState.APPLYING,
@@ -167,99 +140,66 @@ const stateNames: Record<string, CommandState> = {
   failed: CommandState.FAILED,
 };
 
-const list: CommandSpec = {
-  name: "list",
-  usage: "list [--state queued|applying|committed|failed] [--page-size N] [--page-token T]",
-  summary: "command records in submission order, one page",
-  async run(args, io) {
-    const { values, positionals: rest } = parseCommand(args, { state: { type: "string" }, "page-size": { type: "string" }, "page-token": { type: "string" } });
-    positionals(rest, []);
-    const state = values.state === undefined ? CommandState.UNSPECIFIED : stateNames[values.state];
-    if (state === undefined) throw new UsageError("--state must be queued, applying, committed or failed");
-    const res = await withClient(KmapCommandService, values, io, (c) =>
-      c.listCommands({ state, pageSize: Number(parseUint("page-size", values["page-size"], 0n)), pageToken: values["page-token"] ?? "" }, { signal: io.signal }),
-    );
-    printMessage(io, ListCommandsResponseSchema, res);
-  },
-};
+const commandMethods = KmapCommandService.method;
+const readMethods = KmapReadService.method;
+const paging = { "page-size": { type: "string" }, "page-token": { type: "string" } } as const;
+const page = (i: RpcInput) => ({ pageSize: Number(i.uint("page-size", 0n)), pageToken: i.string("page-token") ?? "" });
 
-const watch: CommandSpec = {
-  name: "watch",
-  usage: "watch [--after POSITION] [--id IDEMPOTENCY-ID]",
-  summary: "every record change after a position, one JSON line each, until interrupted",
-  async run(args, io) {
-    const { values, positionals: rest } = parseCommand(args, { after: { type: "string" }, id: { type: "string" } });
-    positionals(rest, []);
-    await withClient(KmapCommandService, values, io, async (c) => {
-      for await (const change of c.watchCommands({ afterPosition: parseUint("after", values.after, 0n), idempotencyId: values.id ?? "" }, { signal: io.signal })) {
-        printLine(io, WatchCommandsResponseSchema, change);
-      }
-    });
-  },
-};
-
-const nodes: CommandSpec = {
-  name: "nodes",
-  usage: "nodes [--parent NODE] [--page-size N] [--page-token T]",
-  summary: "Kmap nodes ordered by id, one page",
-  async run(args, io) {
-    const { values, positionals: rest } = parseCommand(args, { parent: { type: "string" }, "page-size": { type: "string" }, "page-token": { type: "string" } });
-    positionals(rest, []);
-    const res = await withClient(KmapReadService, values, io, (c) =>
-      c.listNodes({ parentId: values.parent ?? "", pageSize: Number(parseUint("page-size", values["page-size"], 0n)), pageToken: values["page-token"] ?? "" }, { signal: io.signal }),
-    );
-    printMessage(io, ListNodesResponseSchema, res);
-  },
-};
-
-const node: CommandSpec = {
-  name: "node",
-  usage: "node <node-id>",
-  summary: "one node with its links and visible transaction id",
-  async run(args, io) {
-    const { values, positionals: rest } = parseCommand(args, {});
-    const [nodeId] = positionals(rest, ["node-id"]);
-    printMessage(io, GetNodeResponseSchema, await withClient(KmapReadService, values, io, (c) => c.getNode({ nodeId: nodeId! }, { signal: io.signal })));
-  },
-};
-
-const transactions: CommandSpec = {
-  name: "transactions",
-  usage: "transactions [--node NODE] [--provenance IDEMPOTENCY-ID] [--page-size N] [--page-token T]",
-  summary: "signed transactions in commit order, one page",
-  async run(args, io) {
-    const { values, positionals: rest } = parseCommand(args, {
-      node: { type: "string" },
-      provenance: { type: "string" },
-      "page-size": { type: "string" },
-      "page-token": { type: "string" },
-    });
-    positionals(rest, []);
-    const res = await withClient(KmapReadService, values, io, (c) =>
-      c.listTransactions(
-        {
-          nodeId: values.node ?? "",
-          provenance: values.provenance ?? "",
-          pageSize: Number(parseUint("page-size", values["page-size"], 0n)),
-          pageToken: values["page-token"] ?? "",
-        },
-        { signal: io.signal },
-      ),
-    );
-    printMessage(io, ListTransactionsResponseSchema, res);
-  },
-};
-
-const key: CommandSpec = {
-  name: "key",
-  usage: "key",
-  summary: "the Ed25519 public key that signs transactions",
-  async run(args, io) {
-    const { values, positionals: rest } = parseCommand(args, {});
-    positionals(rest, []);
-    printMessage(io, GetSigningKeyResponseSchema, await withClient(KmapReadService, values, io, (c) => c.getSigningKey({}, { signal: io.signal })));
-  },
-};
+const reads: CommandSpec[] = [
+  rpcCommand({
+    method: commandMethods.getCommand,
+    usage: "get <idempotency-id>",
+    summary: "one command record",
+    args: ["idempotency-id"],
+    request: (i) => ({ idempotencyId: i.arg("idempotency-id") }),
+  }),
+  rpcCommand({
+    method: commandMethods.listCommands,
+    usage: "list [--state queued|applying|committed|failed] [--page-size N] [--page-token T]",
+    summary: "command records in submission order, one page",
+    options: { state: { type: "string" }, ...paging },
+    request(i) {
+      const name = i.string("state");
+      const state = name === undefined ? CommandState.UNSPECIFIED : stateNames[name];
+      if (state === undefined) throw new UsageError("--state must be queued, applying, committed or failed");
+      return { state, ...page(i) };
+    },
+  }),
+  rpcCommand({
+    method: commandMethods.watchCommands,
+    usage: "watch [--after POSITION] [--id IDEMPOTENCY-ID]",
+    summary: "every record change after a position, one JSON line each, until interrupted",
+    options: { after: { type: "string" }, id: { type: "string" } },
+    request: (i) => ({ afterPosition: i.uint("after", 0n), idempotencyId: i.string("id") ?? "" }),
+  }),
+  rpcCommand({
+    method: readMethods.listNodes,
+    usage: "nodes [--parent NODE] [--page-size N] [--page-token T]",
+    summary: "Kmap nodes ordered by id, one page",
+    options: { parent: { type: "string" }, ...paging },
+    request: (i) => ({ parentId: i.string("parent") ?? "", ...page(i) }),
+  }),
+  rpcCommand({
+    method: readMethods.getNode,
+    usage: "node <node-id>",
+    summary: "one node with its links and visible transaction id",
+    args: ["node-id"],
+    request: (i) => ({ nodeId: i.arg("node-id") }),
+  }),
+  rpcCommand({
+    method: readMethods.listTransactions,
+    usage: "transactions [--node NODE] [--provenance IDEMPOTENCY-ID] [--page-size N] [--page-token T]",
+    summary: "signed transactions in commit order, one page",
+    options: { node: { type: "string" }, provenance: { type: "string" }, ...paging },
+    request: (i) => ({ nodeId: i.string("node") ?? "", provenance: i.string("provenance") ?? "", ...page(i) }),
+  }),
+  rpcCommand({
+    method: readMethods.getSigningKey,
+    usage: "key",
+    summary: "the Ed25519 public key that signs transactions",
+    request: () => ({}),
+  }),
+];
 
 const verify: CommandSpec = {
   name: "verify",
@@ -283,6 +223,6 @@ const verify: CommandSpec = {
 export const kmapCommands: CommandGroup = {
   name: "kmap",
   summary: "the Kmap command lane (operator token)",
-  commands: [submit, get, list, watch, nodes, node, transactions, key, verify],
+  commands: [submit, ...reads, verify],
 };
 

@@ -48,7 +48,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       case "serve":
         return await serveCommand(rest, io);
       case "health":
-        await healthCommand(rest, io);
+        await healthCommand.run(rest, io);
         return 0;
     }
     const group = groups.find((g) => g.name === command);

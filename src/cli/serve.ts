@@ -1,8 +1,9 @@
-import { ConfigError, loadStartupConfig } from "../config/index.js";
-import { pausePointsFromSetting } from "../kmap/index.js";
+import { ConfigError } from "../config/index.js";
+import { PAUSE_AT_ENV, pausePointsFromSetting } from "../fault-injection/pause-points.js";
 import { createLogger, safeErrorFields } from "../log/logger.js";
-import { EmbeddedServerError } from "../nats/errors.js";
-import { LanewayServer } from "../server/laneway-server.js";
+import { EmbeddedServerError } from "../nats/index.js";
+import { corePausePoints, LanewayServer } from "../server/laneway-server.js";
+import { loadStartupConfig } from "../startup/index.js";
 import type { CliIo } from "./command.js";
 import { lanewayVersion } from "./version.js";
 
@@ -19,8 +20,10 @@ import { lanewayVersion } from "./version.js";
 export async function serveCommand(args: readonly string[], io: CliIo): Promise<number> {
   const log = createLogger();
   let startup;
+  let pausePoints;
   try {
     startup = await loadStartupConfig(args, io.env);
+    pausePoints = pausePointsFromSetting(startup.env[PAUSE_AT_ENV], corePausePoints);
   } catch (error) {
     if (error instanceof ConfigError) {
       io.stderr(`laneway: ${error.message}\n`);
@@ -28,16 +31,9 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     }
     throw error;
   }
-  let kmapPausePoints;
-  try {
-    kmapPausePoints = pausePointsFromSetting(startup.env.LANEWAY_KMAP_PAUSE_AT);
-  } catch (error) {
-    io.stderr(`laneway: ${(error as Error).message}\n`);
-    return 2;
-  }
   let server: LanewayServer;
   try {
-    server = await LanewayServer.start({ startup, logger: log, kmapPausePoints });
+    server = await LanewayServer.start({ startup, logger: log, pausePoints });
   } catch (error) {
     if (error instanceof EmbeddedServerError) {
       io.stderr(`laneway: ${error.message}\n`);

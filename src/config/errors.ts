@@ -26,23 +26,6 @@ export class DurationError extends ConfigError {
 }
 
 /**
- * The lanes configuration file is unusable. The message always starts with
- * `lanes: ` and names the offending field (and its allowed range for a
- * bound), in the form the lanes specification quotes:
- * `lanes: max_pending must be at least 1, got -1`.
- */
-export class LanesConfigError extends ConfigError {
-  override readonly name = "LanesConfigError";
-  /** Path of the offending field (`max_pending`, `lanes[0].owner`), when one is to blame. */
-  readonly field: string | undefined;
-
-  constructor(message: string, field?: string) {
-    super(message);
-    this.field = field;
-  }
-}
-
-/**
  * A `laneway serve` flag or `LANEWAY_*` variable is unusable. The message
  * names the flag or variable the bad value came from and never echoes the
  * value itself.
@@ -61,9 +44,4 @@ export class ServerConfigError extends ConfigError {
 /** A `KEY=value` environment file is malformed. Lines are named by number, never by content. */
 export class EnvFileError extends ConfigError {
   override readonly name = "EnvFileError";
-}
-
-/** The demo files under the data directory cannot be created or safely reused. */
-export class DemoSetupError extends ConfigError {
-  override readonly name = "DemoSetupError";
 }

@@ -1,18 +1,14 @@
 /**
- * Public surface of Laneway's configuration: server settings, the lanes
- * configuration, demo setup, and the building blocks they share (Go
- * durations, secrets, typed errors). Other modules import from here, not
- * from the individual files.
+ * Server-wide settings (`laneway serve` flags and `LANEWAY_*` variables)
+ * and the building blocks every configuration shares: Go durations,
+ * secrets and token rules, environment names and files, NATS URLs and
+ * credentials files, typed configuration errors. No core's configuration
+ * lives here; each core keeps its own (the lanes configuration is in
+ * src/lanes/).
  */
-export {
-  ConfigError,
-  DemoSetupError,
-  DurationError,
-  EnvFileError,
-  LanesConfigError,
-  ServerConfigError,
-} from "./errors.js";
+export { ConfigError, DurationError, EnvFileError, ServerConfigError } from "./errors.js";
 export { constantTimeEquals, Secret } from "./secret.js";
+export { ADMIN_TOKEN_ENV, TOKEN_RULES, tokenProblem } from "./tokens.js";
 export {
   formatGoDuration,
   HOUR,
@@ -29,22 +25,6 @@ export { envValue, isEnvName, type Env } from "./env-name.js";
 export { parseNatsServers, type NatsUrlResult } from "./nats-url.js";
 export { resolveCredentialsFile, type CredentialsFileResult } from "./credentials-file.js";
 export {
-  ADMIN_TOKEN_ENV,
-  IDENTIFIER_PATTERN,
-  LANE_BOUND_RULES,
-  LANES_LIMITS,
-  loadLanesConfig,
-  parseLanesConfig,
-  type LaneBounds,
-  type LaneDefinition,
-  type LanePrincipal,
-  type LanesBroker,
-  type LanesConfig,
-  type LanesConfigOptions,
-} from "./lanes-config.js";
-export { REGISTRY_FORMAT_VERSION, registryDocument, serializeRegistry } from "./registry.js";
-export { laneCapabilities, projectCapabilities, type LaneCapabilities } from "./capabilities.js";
-export {
   loadServerConfig,
   SERVER_DEFAULTS,
   type ListenAddress,
@@ -52,13 +32,4 @@ export {
   type ServerConfigOptions,
 } from "./server-config.js";
 export { formatEnvFile, parseEnvFile, readEnvFile } from "./env-file.js";
-export {
-  DEMO_LANES_CONFIG,
-  DEMO_LANES_FILE,
-  DEMO_TOKEN_VARIABLES,
-  DEMO_TOKENS_FILE,
-  ensureDemoSetup,
-  type DemoSetup,
-} from "./demo-setup.js";
-export { loadStartupConfig, type StartupConfig } from "./startup-config.js";
 export { FrozenMap } from "./frozen-map.js";

@@ -33,9 +33,9 @@ import { resolveCredentialsFile } from "./credentials-file.js";
 import { formatGoDuration, MINUTE, nanosToMillis, parseGoDuration } from "./duration.js";
 import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "./env-name.js";
 import { ServerConfigError } from "./errors.js";
-import { ADMIN_TOKEN_ENV, LANES_LIMITS, TOKEN_CHARACTERS } from "./lanes-config.js";
 import { parseNatsServers } from "./nats-url.js";
 import { Secret } from "./secret.js";
+import { ADMIN_TOKEN_ENV, tokenProblem } from "./tokens.js";
 
 export const SERVER_DEFAULTS = Object.freeze({
   listen: "127.0.0.1:7600",
@@ -370,15 +370,7 @@ function readAdminToken(env: Env): Secret | undefined {
   const value = envValue(env, ADMIN_TOKEN_ENV);
   if (value === undefined) return undefined;
   const token = new Secret(value);
-  const { minTokenBytes, maxTokenBytes } = LANES_LIMITS;
-  if (token.byteLength < minTokenBytes || token.byteLength > maxTokenBytes) {
-    throw new ServerConfigError(
-      `${ADMIN_TOKEN_ENV} must be ${minTokenBytes} to ${maxTokenBytes} bytes, got ${token.byteLength}`,
-      ADMIN_TOKEN_ENV,
-    );
-  }
-  if (!TOKEN_CHARACTERS.test(token.reveal())) {
-    throw new ServerConfigError(`${ADMIN_TOKEN_ENV} must be visible ASCII without spaces`, ADMIN_TOKEN_ENV);
-  }
+  const problem = tokenProblem(token);
+  if (problem !== undefined) throw new ServerConfigError(`${ADMIN_TOKEN_ENV} ${problem}`, ADMIN_TOKEN_ENV);
   return token;
 }

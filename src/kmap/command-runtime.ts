@@ -4,8 +4,8 @@ import { systemClock, type Clock } from "./clock.js";
 import type { CommandEvent, CommandRecord } from "./command-record.js";
 import { KmapError } from "./errors.js";
 import { WriterUnavailableError, type KwebManager } from "./kweb-manager.js";
-import type { LaneStore } from "./lane-store.js";
-import { noPausePoints, type PausePoints } from "./pause-points.js";
+import type { CommandStore } from "./command-store.js";
+import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { retryDelayMs } from "./retry-backoff.js";
 
 /** The Kweb manager failed in a way that is not a writer outage. Ends the runtime. */
@@ -39,7 +39,7 @@ export interface RuntimeOptions {
  * restart recovers.
  */
 export class CommandRuntime {
-  readonly #store: LaneStore;
+  readonly #store: CommandStore;
   readonly #manager: KwebManager;
   readonly #feed: ChangeFeed;
   readonly #clock: Clock;
@@ -50,7 +50,7 @@ export class CommandRuntime {
   #wakeWaiter: (() => void) | undefined;
   #running: Promise<void> | undefined;
 
-  constructor(store: LaneStore, manager: KwebManager, feed: ChangeFeed, options: RuntimeOptions = {}) {
+  constructor(store: CommandStore, manager: KwebManager, feed: ChangeFeed, options: RuntimeOptions = {}) {
     this.#store = store;
     this.#manager = manager;
     this.#feed = feed;

@@ -1,25 +1,17 @@
-import { safeMessage } from "../log/safe-message.js";
+import { CoreError } from "../errors/core-error.js";
 
 /**
- * Typed failures of the Kmap command lane. The specification's public error
- * enum is `InvalidInput`, `Conflict` or `Internal`; `not_found` is added for
- * reads of records and nodes that do not exist.
+ * The Kmap core's reasons. The specification's public error enum is
+ * `InvalidInput`, `Conflict` or `Internal`; `not_found` is added for reads
+ * of records and nodes that do not exist.
  */
-export type KmapErrorCode = "invalid_input" | "conflict" | "not_found" | "internal";
+export type KmapReason = "invalid_input" | "conflict" | "not_found" | "internal";
 
 /**
- * A Kmap failure with a message fit for an administrator. Messages name the
- * field or identifier involved; SQLite's own error text stays in `cause`.
+ * A failure of the Kmap command lane. Messages name the field or identifier
+ * involved; SQLite's own error text stays in `cause` (see CoreError).
  */
-export class KmapError extends Error {
-  override readonly name = "KmapError";
-  readonly [safeMessage] = true as const;
-
-  constructor(
-    readonly code: KmapErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
+export class KmapError extends CoreError<KmapReason> {
+  override readonly name: string = "KmapError";
+  readonly domain = "kmap" as const;
 }

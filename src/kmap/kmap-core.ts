@@ -2,17 +2,17 @@ import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { silentLogger, type Logger } from "../log/logger.js";
 import type { Clock } from "./clock.js";
-import type { CommandLane } from "./command-lane.js";
+import type { CommandQueue } from "./command-queue.js";
 import type { CommandRuntime } from "./command-runtime.js";
 import type { KwebManager } from "./kweb-manager.js";
 import { EmbeddedKwebManager, KwebReader } from "./kweb/index.js";
-import { openCommandLane } from "./open-command-lane.js";
-import type { PausePoints } from "./pause-points.js";
+import { openCommandQueue } from "./open-command-queue.js";
+import type { PausePoints } from "../fault-injection/pause-points.js";
 
 /**
  * The Kmap core as the server runs it: the embedded Kweb manager (a worker
  * thread writing `kweb.sqlite`, signing with `signing-key.pem`), a reader
- * for the Kmap and its history, and the command lane (`commands.sqlite`),
+ * for the Kmap and its history, and the command queue (`commands.sqlite`),
  * all in one directory.
  */
 export interface KmapCoreOptions {
@@ -26,7 +26,7 @@ export interface KmapCoreOptions {
 }
 
 export interface KmapCore {
-  readonly lane: CommandLane;
+  readonly queue: CommandQueue;
   /** Supervise `runtime.run()`. */
   readonly runtime: CommandRuntime;
   readonly reader: KwebReader;
@@ -50,7 +50,7 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
   const reader = KwebReader.open(kwebPath);
   let opened;
   try {
-    opened = openCommandLane(join(options.directory, "commands.sqlite"), manager, {
+    opened = openCommandQueue(join(options.directory, "commands.sqlite"), manager, {
       logger: log,
       ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
       ...(options.clock ? { clock: options.clock } : {}),
@@ -63,9 +63,9 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
   if (opened.recovered.length > 0) {
     log.info("recovered commands a previous process left applying", { count: opened.recovered.length });
   }
-  const { lane, runtime } = opened;
+  const { queue, runtime } = opened;
   return {
-    lane,
+    queue,
     runtime,
     reader,
     async close() {

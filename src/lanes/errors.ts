@@ -1,11 +1,11 @@
-import { safeMessage } from "../log/safe-message.js";
+import { ConfigError } from "../config/errors.js";
+import { CoreError } from "../errors/core-error.js";
 
 /**
- * Typed failures of the lanes core. The codes are the specification's JSON
- * code values, which existing peers switch on; the server maps each to a
- * Connect code in one place (src/server/error-mapping.ts).
+ * The lanes core's reasons: the specification's JSON code values, which
+ * existing peers switch on (`CodeLaneInvalid` … `CodeLaneTimeout`).
  */
-export type LaneErrorCode =
+export type LaneReason =
   | "lane_invalid"
   | "lane_forbidden"
   | "lane_conflict"
@@ -16,21 +16,26 @@ export type LaneErrorCode =
   | "lane_unavailable"
   | "lane_timeout";
 
-/**
- * A lanes failure with a message fit for the caller. The message never holds
- * a token, receipt, broker address, credential or raw backend error; the
- * backend error, when there is one, stays in `cause` for debugging and is
- * never logged or sent.
- */
-export class LaneError extends Error {
+/** A failure of the lanes core (see CoreError for what its message and cause may hold). */
+export class LaneError extends CoreError<LaneReason> {
   override readonly name = "LaneError";
-  readonly [safeMessage] = true as const;
+  readonly domain = "lanes" as const;
+}
 
-  constructor(
-    readonly code: LaneErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
+/**
+ * The lanes configuration file is unusable. The message always starts with
+ * `lanes: ` and names the offending field (and its allowed range for a
+ * bound), in the form the lanes specification quotes:
+ * `lanes: max_pending must be at least 1, got -1`. It is a configuration
+ * error: `laneway serve` prints it and exits 2.
+ */
+export class LanesConfigError extends ConfigError {
+  override readonly name = "LanesConfigError";
+  /** Path of the offending field (`max_pending`, `lanes[0].owner`), when one is to blame. */
+  readonly field: string | undefined;
+
+  constructor(message: string, field?: string) {
+    super(message);
+    this.field = field;
   }
 }

@@ -1,4 +1,5 @@
-import { projectCapabilities, type LaneBounds, type LanesConfig } from "../config/index.js";
+import { projectCapabilities } from "./capabilities.js";
+import type { LaneBounds, LanesConfig } from "./types.js";
 
 /**
  * The lane registry: the reviewed configuration of one namespace

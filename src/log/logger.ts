@@ -80,9 +80,11 @@ export function safeErrorFields(error: unknown): LogFields {
     // What caused it, said safely the same way: an operator must be able to
     // tell a locked database from a full disk or a dead worker thread.
     const cause = error.cause === undefined ? {} : safeErrorFields(error.cause);
+    // A core error's machine-readable reason is logged as its code.
+    const code = (error as { reason?: unknown }).reason ?? (error as { code?: unknown }).code;
     return {
       error: error.name,
-      code: (error as { code?: string }).code,
+      code: typeof code === "string" || typeof code === "number" ? String(code) : undefined,
       reason: error.message,
       ...(cause.error !== undefined ? { cause: cause.error, causeCode: cause.code, causeReason: cause.reason } : {}),
     };

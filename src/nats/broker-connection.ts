@@ -25,7 +25,7 @@ import { Kvm } from "@nats-io/kv";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import type { Authenticator, NatsConnection } from "@nats-io/transport-node";
 
-import { BrokerUnavailableError, classifyNatsError, type NatsFailure } from "./errors.js";
+import { BrokerUnavailableError, classifyNatsError, type NatsFailure } from "./broker-errors.js";
 
 /** Lifecycle of a {@link BrokerConnection}. */
 export type BrokerState = "connecting" | "connected" | "disconnected" | "closed";

@@ -33,7 +33,7 @@ import {
   EmbeddedServerExitedError,
   EmbeddedServerStartTimeoutError,
   NatsServerNotInstalledError,
-} from "./errors.js";
+} from "./embedded-server-errors.js";
 import { LogTail } from "./log-tail.js";
 import { renderNatsConfig, type NatsConfig } from "./nats-config.js";
 import { inspectNatsServerBinary, resolveNatsServerBinary, testNatsConfig } from "./nats-server-binary.js";

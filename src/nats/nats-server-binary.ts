@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { promisify } from "node:util";
 
-import { NatsServerNotInstalledError } from "./errors.js";
+import { NatsServerNotInstalledError } from "./embedded-server-errors.js";
 import { renderNatsConfig } from "./nats-config.js";
 
 const execFileAsync = promisify(execFile);

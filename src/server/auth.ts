@@ -1,7 +1,8 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import { Code, createContextKey, type HandlerContext } from "@connectrpc/connect";
+import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Secret } from "../config/index.js";
-import { domainOfService, lanewayError } from "./error-mapping.js";
+import type { ErrorDomainSpec, MemberSecretResolver, PrincipalKind } from "./core-binding.js";
+import { lanewayError } from "./error-mapping.js";
 
 /**
  * Who is calling. The bearer token alone decides it: never a header other
@@ -17,33 +18,20 @@ export type Principal =
   | { readonly kind: "operator" }
   | { readonly kind: "member"; readonly memberId: string };
 
-export type PrincipalKind = Principal["kind"];
-
 /** The authenticated principal of the current call, set by the request gate. */
 export const principalKey = createContextKey<Principal | undefined>(undefined, {
   description: "authenticated Laneway principal",
 });
 
-/** Resolves a hive member's invite secret; provided by the swarm core. */
-export interface MemberSecretResolver {
-  resolveMember(secret: string): Promise<{ memberId: string } | undefined>;
-}
-
 /**
- * Which principal each service requires. Services absent from this table are
- * refused (fail closed); `none` marks the public health and reflection
- * services, which reveal no data.
+ * What each service requires, from the core bindings: a principal kind, or
+ * `none` for the public health and reflection services, which reveal no
+ * data. Services absent from the table are refused (fail closed).
  */
-const requirements: Readonly<Record<string, PrincipalKind | "none">> = {
-  "laneway.lane.v1.LaneService": "project",
-  "laneway.swarm.v1.HiveHubService": "operator",
-  "laneway.swarm.v1.HiveMemberService": "member",
-  "laneway.kmap.v1.KmapCommandService": "operator",
-  "laneway.kmap.v1.KmapReadService": "operator",
-  "grpc.health.v1.Health": "none",
-  "grpc.reflection.v1.ServerReflection": "none",
-  "grpc.reflection.v1alpha.ServerReflection": "none",
-};
+export interface ServiceAccess {
+  readonly principal: PrincipalKind | "none";
+  readonly errors: ErrorDomainSpec;
+}
 
 const kindNames: Record<PrincipalKind, string> = {
   project: "a project token",
@@ -51,12 +39,14 @@ const kindNames: Record<PrincipalKind, string> = {
   member: "a hive member's invite secret",
 };
 
-/** The secrets the server knows, each bound to its principal. */
+/** The secrets the server knows, each bound to its principal, and what each service requires. */
 export interface Credentials {
   readonly projectTokens: ReadonlyMap<string, Secret>;
   readonly operatorToken?: Secret | undefined;
   /** Absent until the swarm core is available. */
   readonly members?: MemberSecretResolver | undefined;
+  /** Service type name → its requirement and error domain; a service not listed is refused. */
+  readonly access?: ReadonlyMap<string, ServiceAccess>;
 }
 
 interface KnownToken {
@@ -76,8 +66,10 @@ function digestOf(value: string): Buffer {
 export class Authenticator {
   private readonly known: readonly KnownToken[];
   private readonly members: MemberSecretResolver | undefined;
+  private readonly access: ReadonlyMap<string, ServiceAccess>;
 
   constructor(credentials: Credentials) {
+    this.access = credentials.access ?? new Map();
     const known: KnownToken[] = [];
     for (const [project, token] of credentials.projectTokens) {
       known.push({ digest: digestOf(token.reveal()), principal: { kind: "project", project } });
@@ -106,17 +98,15 @@ export class Authenticator {
    */
   readonly gate = async (ctx: HandlerContext): Promise<void> => {
     const typeName = ctx.service.typeName;
-    const required = requirements[typeName];
-    const domain = domainOfService(typeName);
-    if (required === "none") return;
-    if (required === undefined) {
-      throw lanewayError(Code.PermissionDenied, `${typeName} is not open to any caller`, "forbidden", domain);
-    }
+    const access = this.access.get(typeName);
+    if (access?.principal === "none") return;
+    const domain = access?.errors.domain ?? "server";
+    if (access === undefined) throw lanewayError("forbidden", `${typeName} is not open to any caller`, domain);
+    const required = access.principal;
     if (required === "member" && this.members === undefined) {
       throw lanewayError(
-        Code.Unimplemented,
-        "hive membership is not available yet: join and refresh need the swarm membership core, which this version does not include",
         "unimplemented",
+        "hive membership is not available yet: join and refresh need the swarm membership core, which this version does not include",
         domain,
       );
     }
@@ -126,29 +116,20 @@ export class Authenticator {
       const member = await this.members.resolveMember(token);
       if (member) principal = { kind: "member", memberId: member.memberId };
     }
-    if (principal === undefined) {
-      throw lanewayError(Code.Unauthenticated, "unknown bearer token", "unauthorized", domain);
-    }
+    if (principal === undefined) throw lanewayError("unauthorized", "unknown bearer token", domain);
     if (principal.kind !== required) {
-      throw lanewayError(
-        Code.PermissionDenied,
-        `${kindNames[principal.kind]} cannot call ${typeName}: it needs ${kindNames[required]}`,
-        "forbidden",
-        domain,
-      );
+      throw lanewayError("forbidden", `${kindNames[principal.kind]} cannot call ${typeName}: it needs ${kindNames[required]}`, domain);
     }
     ctx.values.set(principalKey, principal);
   };
 }
 
-function bearerToken(header: string | null, domain: ReturnType<typeof domainOfService>): string {
+function bearerToken(header: string | null, domain: ErrorDomainSpec["domain"]): string {
   if (header === null || header === "") {
-    throw lanewayError(Code.Unauthenticated, "missing bearer token: send Authorization: Bearer <token>", "unauthorized", domain);
+    throw lanewayError("unauthorized", "missing bearer token: send Authorization: Bearer <token>", domain);
   }
   const match = /^Bearer +(\S+)$/i.exec(header);
-  if (!match?.[1]) {
-    throw lanewayError(Code.Unauthenticated, "the Authorization header must be 'Bearer <token>'", "unauthorized", domain);
-  }
+  if (!match?.[1]) throw lanewayError("unauthorized", "the Authorization header must be 'Bearer <token>'", domain);
   return match[1];
 }
 
@@ -157,7 +138,7 @@ export function principalOf<K extends PrincipalKind>(ctx: HandlerContext, kind: 
   const principal = ctx.values.get(principalKey);
   if (principal?.kind !== kind) {
     // Unreachable when the gate ran; refuse rather than act unauthenticated.
-    throw lanewayError(Code.Unauthenticated, "the call was not authenticated", "unauthorized", domainOfService(ctx.service.typeName));
+    throw lanewayError("unauthorized", "the call was not authenticated", "server");
   }
   return principal as Extract<Principal, { kind: K }>;
 }

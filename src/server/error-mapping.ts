@@ -1,26 +1,43 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { ErrorDetailSchema } from "../../gen/laneway/errors/v1/errors_pb.js";
-import { KmapError, type KmapErrorCode } from "../kmap/errors.js";
-import { LaneError, type LaneErrorCode } from "../lanes/errors.js";
+import { CoreError, type ErrorDomain } from "../errors/core-error.js";
+import type { KmapReason } from "../kmap/index.js";
+import type { LaneReason } from "../lanes/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import { SwarmError, type SwarmErrorCode } from "../swarm/errors.js";
+import type { SwarmReason } from "../swarm/index.js";
+import type { ErrorDomainSpec, FallbackKind } from "./core-binding.js";
 
 /**
  * The one place where failures become Connect errors.
  *
- * Cores throw their own typed errors (LaneError, KmapError, SwarmError) whose
- * messages were written for callers. This module gives each the Connect code
- * of DESIGN.md's table and attaches a `laneway.errors.v1.ErrorDetail` with the
- * specification's reason, so a client can switch on the reason without
+ * Cores throw CoreErrors whose reason is the specification's
+ * machine-readable code and whose message was written for callers. This
+ * module gives each reason its Connect code from one table (DESIGN.md's
+ * status table) and attaches a `laneway.errors.v1.ErrorDetail` with the
+ * reason and the domain, so a client can switch on the reason without
  * parsing text. Anything else — a driver, socket or SQLite error — becomes
  * `internal` with a fixed message: its text may hold an address, a path or a
  * secret, so it is logged only as its class name and code.
  */
 
-/** The core an RPC belongs to; it picks the reason for generic failures. */
-export type ErrorDomain = "lanes" | "swarm" | "kmap" | "server";
+/** Reasons the server itself gives, in every domain. */
+export type ServerReason =
+  | "unauthorized"
+  | "forbidden"
+  | "unimplemented"
+  | "not_found"
+  | "internal"
+  | "invalid_argument"
+  | "canceled"
+  | "deadline_exceeded"
+  | "unavailable"
+  | "resource_exhausted";
 
-const laneCodes: Record<LaneErrorCode, Code> = {
+export type Reason = LaneReason | KmapReason | SwarmReason | ServerReason;
+
+/** Every reason and its Connect code: one row per reason. */
+const reasonCodes: Readonly<Record<Reason, Code>> = {
+  // lanes (seed 000)
   lane_invalid: Code.InvalidArgument,
   lane_forbidden: Code.PermissionDenied,
   lane_conflict: Code.Aborted,
@@ -30,56 +47,68 @@ const laneCodes: Record<LaneErrorCode, Code> = {
   lane_canceled: Code.Canceled,
   lane_unavailable: Code.Unavailable,
   lane_timeout: Code.DeadlineExceeded,
-};
-
-const kmapCodes: Record<KmapErrorCode, Code> = {
+  // kmap (seed 004)
   invalid_input: Code.InvalidArgument,
   conflict: Code.Aborted,
-  not_found: Code.NotFound,
-  internal: Code.Internal,
-};
-
-const swarmCodes: Record<SwarmErrorCode, Code> = {
+  // swarm (seed 003)
   swarm_invalid: Code.InvalidArgument,
   swarm_forbidden: Code.PermissionDenied,
   swarm_conflict: Code.Aborted,
   swarm_unavailable: Code.Unavailable,
   swarm_migration_incomplete: Code.Aborted,
   swarm_unscoped: Code.PermissionDenied,
+  // every domain
+  unauthorized: Code.Unauthenticated,
+  forbidden: Code.PermissionDenied,
+  unimplemented: Code.Unimplemented,
+  not_found: Code.NotFound,
+  internal: Code.Internal,
+  invalid_argument: Code.InvalidArgument,
+  canceled: Code.Canceled,
+  deadline_exceeded: Code.DeadlineExceeded,
+  unavailable: Code.Unavailable,
+  resource_exhausted: Code.ResourceExhausted,
 };
 
-/**
- * The reason a domain uses for a failure that did not come from its core
- * (request validation, cancellation, deadlines, an unexpected error).
- */
-function genericReason(domain: ErrorDomain, code: Code): string {
-  switch (code) {
-    case Code.InvalidArgument:
-      return { lanes: "lane_invalid", kmap: "invalid_input", swarm: "swarm_invalid", server: "invalid_argument" }[domain];
-    case Code.Canceled:
-      return domain === "lanes" ? "lane_canceled" : "canceled";
-    case Code.DeadlineExceeded:
-      return domain === "lanes" ? "lane_timeout" : "deadline_exceeded";
-    case Code.Unavailable:
-      return { lanes: "lane_unavailable", kmap: "unavailable", swarm: "swarm_unavailable", server: "unavailable" }[domain];
-    case Code.Unauthenticated:
-      return "unauthorized";
-    case Code.PermissionDenied:
-      return "forbidden";
-    case Code.Unimplemented:
-      return "unimplemented";
-    case Code.NotFound:
-      return "not_found";
-    case Code.ResourceExhausted:
-      return domain === "lanes" ? "lane_capacity" : "resource_exhausted";
-    default:
-      return "internal";
-  }
+/** The shared reason for a failure kind, when a domain names none of its own. */
+const sharedFallbacks: Readonly<Record<FallbackKind, ServerReason>> = {
+  invalid: "invalid_argument",
+  canceled: "canceled",
+  timeout: "deadline_exceeded",
+  unavailable: "unavailable",
+  capacity: "resource_exhausted",
+};
+
+/** The domain of failures no core owns: health, reflection, unknown routes. */
+export const serverDomain: ErrorDomainSpec = { domain: "server", fallbackReasons: {} };
+
+/** Builds a ConnectError with the reason's code and an ErrorDetail. */
+export function lanewayError(reason: Reason, message: string, domain: ErrorDomain): ConnectError {
+  return new ConnectError(message, reasonCodes[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, domain } }]);
 }
 
-/** Builds a ConnectError that carries an ErrorDetail. */
-export function lanewayError(code: Code, message: string, reason: string, domain: ErrorDomain): ConnectError {
-  return new ConnectError(message, code, undefined, [{ desc: ErrorDetailSchema, value: { reason, domain } }]);
+/** Codes a domain may give its own reason for failures that did not come from its core. */
+const fallbackKinds: Readonly<Partial<Record<Code, FallbackKind>>> = {
+  [Code.InvalidArgument]: "invalid",
+  [Code.Canceled]: "canceled",
+  [Code.DeadlineExceeded]: "timeout",
+  [Code.Unavailable]: "unavailable",
+  [Code.ResourceExhausted]: "capacity",
+};
+
+/** The shared reason of the other codes Connect itself raises. */
+const sharedReasons: Readonly<Partial<Record<Code, ServerReason>>> = {
+  [Code.Unauthenticated]: "unauthorized",
+  [Code.PermissionDenied]: "forbidden",
+  [Code.Unimplemented]: "unimplemented",
+  [Code.NotFound]: "not_found",
+};
+
+/** The reason a domain gives a failure that did not come from its core. */
+function fallbackReason(spec: ErrorDomainSpec, code: Code): string {
+  const kind = fallbackKinds[code];
+  if (kind !== undefined) return spec.fallbackReasons[kind] ?? sharedFallbacks[kind];
+  return sharedReasons[code] ?? "internal";
 }
 
 /** Whether a ConnectError already carries an ErrorDetail. */
@@ -88,56 +117,47 @@ function hasErrorDetail(error: ConnectError): boolean {
 }
 
 /** Translates any failure into the ConnectError a client receives. */
-export function toConnectError(error: unknown, domain: ErrorDomain, log: Logger): ConnectError {
-  if (error instanceof LaneError) {
-    return lanewayError(laneCodes[error.code], error.message, error.code, "lanes");
-  }
-  if (error instanceof KmapError) {
-    if (error.code === "internal") log.error("kmap internal failure", safeErrorFields(error.cause ?? error));
-    return lanewayError(kmapCodes[error.code], error.message, error.code, "kmap");
-  }
-  if (error instanceof SwarmError) {
-    return lanewayError(swarmCodes[error.code], error.message, error.code, "swarm");
+export function toConnectError(error: unknown, spec: ErrorDomainSpec, log: Logger): ConnectError {
+  if (error instanceof CoreError) {
+    const reason = error.reason as Reason;
+    const code = reasonCodes[reason] ?? Code.Internal;
+    if (code === Code.Internal) log.error(`${error.domain} internal failure`, safeErrorFields(error.cause ?? error));
+    return lanewayError(code === Code.Internal ? "internal" : reason, error.message, error.domain);
   }
   if (error instanceof ConnectError) {
     if (hasErrorDetail(error)) return error;
     if (error.code === Code.Internal || error.code === Code.Unknown) {
       log.error("unexpected failure", safeErrorFields(error.cause ?? error));
-      return lanewayError(Code.Internal, "internal error", "internal", domain);
+      return lanewayError("internal", "internal error", spec.domain);
     }
     // Validation, cancellation and deadline errors built by Connect itself:
     // their messages are Connect's own and safe; keep their details (for
     // example protovalidate's Violations) and add the domain's reason.
-    error.details.push({ desc: ErrorDetailSchema, value: { reason: genericReason(domain, error.code), domain } });
+    error.details.push({ desc: ErrorDetailSchema, value: { reason: fallbackReason(spec, error.code), domain: spec.domain } });
     return error;
   }
   if (isAbortError(error)) {
-    return lanewayError(Code.Canceled, "the call was canceled", genericReason(domain, Code.Canceled), domain);
+    return new ConnectError("the call was canceled", Code.Canceled, undefined, [
+      { desc: ErrorDetailSchema, value: { reason: fallbackReason(spec, Code.Canceled), domain: spec.domain } },
+    ]);
   }
   log.error("unexpected failure", safeErrorFields(error));
-  return lanewayError(Code.Internal, "internal error", "internal", domain);
+  return lanewayError("internal", "internal error", spec.domain);
 }
 
 function isAbortError(error: unknown): boolean {
   return error instanceof Error && (error.name === "AbortError" || error.name === "TimeoutError");
 }
 
-/** Maps a service's type name to its error domain. */
-export function domainOfService(typeName: string): ErrorDomain {
-  if (typeName.startsWith("laneway.lane.")) return "lanes";
-  if (typeName.startsWith("laneway.kmap.")) return "kmap";
-  if (typeName.startsWith("laneway.swarm.")) return "swarm";
-  return "server";
-}
-
 /**
  * The outermost server interceptor: every error a handler or an inner
  * interceptor throws — including errors raised while a server stream is
- * being iterated — passes through `toConnectError`.
+ * being iterated — passes through `toConnectError`, in the error domain of
+ * the service called.
  */
-export function errorMappingInterceptor(log: Logger): Interceptor {
+export function errorMappingInterceptor(log: Logger, domainOf: (typeName: string) => ErrorDomainSpec): Interceptor {
   return (next) => async (req) => {
-    const domain = domainOfService(req.service.typeName);
+    const spec = domainOf(req.service.typeName);
     try {
       const res = await next(req);
       if (!res.stream) return res;
@@ -148,12 +168,12 @@ export function errorMappingInterceptor(log: Logger): Interceptor {
           try {
             yield* source;
           } catch (error) {
-            throw toConnectError(error, domain, log);
+            throw toConnectError(error, spec, log);
           }
         })(),
       };
     } catch (error) {
-      throw toConnectError(error, domain, log);
+      throw toConnectError(error, spec, log);
     }
   };
 }

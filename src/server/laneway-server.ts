@@ -7,54 +7,48 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { file_laneway_errors_v1_errors } from "../../gen/laneway/errors/v1/errors_pb.js";
-import { KmapCommandService } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
-import { KmapReadService } from "../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
-import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { HiveMemberService } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
-import type { StartupConfig } from "../config/index.js";
-import { openKmapCore, type KmapCore, type PausePoints } from "../kmap/index.js";
-import { LaneRegistry } from "../lanes/index.js";
-import { contractValidator } from "../validation/contract-validator.js";
+import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import { BrokerConnection } from "../nats/broker-connection.js";
-import { EmbeddedNatsServer } from "../nats/embedded-server.js";
-import { Authenticator } from "./auth.js";
-import { errorMappingInterceptor } from "./error-mapping.js";
+import { BrokerConnection, EmbeddedNatsServer } from "../nats/index.js";
+import type { StartupConfig } from "../startup/index.js";
+import { contractValidator } from "../validation/contract-validator.js";
+import { Authenticator, type ServiceAccess } from "./auth.js";
+import type { CoreBinding, MemberSecretResolver, OpenCore } from "./core-binding.js";
+import { coreBindings } from "./cores/index.js";
+import { errorMappingInterceptor, serverDomain } from "./error-mapping.js";
 import { HealthStatus, healthRoutes } from "./health.js";
 import { DualProtocolListener } from "./listener.js";
 import { reflectionRoutes } from "./reflection.js";
-import { hiveHubServiceImpl, hiveMemberServiceImpl } from "./services/hive-services.js";
-import { kmapCommandServiceImpl } from "./services/kmap-command-service.js";
-import { kmapReadServiceImpl } from "./services/kmap-read-service.js";
-import { laneServiceImpl } from "./services/lane-service.js";
 
 /**
  * The Laneway server: one port serving every service over the Connect
  * protocol (JSON and binary), gRPC and gRPC-Web, on HTTP/1.1 and h2c.
  *
- * This module only composes: it starts or connects to NATS, builds the cores
- * from configuration, registers the thin service adapters, and owns the
- * order of shutdown. Business rules live in the cores.
+ * This module only composes: it starts or connects to NATS, opens the cores
+ * of src/server/cores, registers their services behind authentication,
+ * validation and error mapping, and owns the order of shutdown. Business
+ * rules live in the cores.
  */
 
 /** The name health reports for the NATS connection. */
 export const NATS_HEALTH_NAME = "laneway.nats";
 
 /** Every Laneway service, in the order they are registered and advertised. */
-export const lanewayServices: readonly DescService[] = [
-  LaneService,
-  HiveHubService,
-  HiveMemberService,
-  KmapCommandService,
-  KmapReadService,
-];
+export const lanewayServices: readonly DescService[] = coreBindings.flatMap((core) => core.services.map((s) => s.service));
+
+/** The public services the server itself serves: no credential, domain `server`. */
+const publicServices = ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"];
+
+/** Every pause point name a core declares (for `LANEWAY_PAUSE_AT`). */
+export const corePausePoints: readonly string[] = coreBindings.flatMap((core) => core.pausePoints ?? []);
 
 export interface LanewayServerOptions {
   readonly startup: StartupConfig;
   readonly logger: Logger;
-  /** Fault-injection pause points of the Kmap runtime (tests only; see pause-points.ts). */
-  readonly kmapPausePoints?: PausePoints;
+  /** Fault-injection pause points (tests only; see src/fault-injection). */
+  readonly pausePoints?: PausePoints;
+  /** The cores to serve; default all of src/server/cores. */
+  readonly cores?: readonly CoreBinding[];
 }
 
 /** One step of shutdown and whether it succeeded. */
@@ -86,7 +80,7 @@ export class LanewayServer {
   readonly #listener: DualProtocolListener;
   readonly #broker: BrokerConnection;
   readonly #embedded: EmbeddedNatsServer | undefined;
-  readonly #kmap: KmapCore;
+  readonly #cores: readonly { readonly name: string; readonly core: OpenCore }[];
   readonly #drain: AbortController;
   readonly #shutdown: AbortController;
   readonly #log: Logger;
@@ -100,7 +94,7 @@ export class LanewayServer {
     listener: DualProtocolListener;
     broker: BrokerConnection;
     embedded: EmbeddedNatsServer | undefined;
-    kmap: KmapCore;
+    cores: readonly { readonly name: string; readonly core: OpenCore }[];
     drain: AbortController;
     fatal: Promise<Error>;
     shutdown: AbortController;
@@ -114,7 +108,7 @@ export class LanewayServer {
     this.#listener = init.listener;
     this.#broker = init.broker;
     this.#embedded = init.embedded;
-    this.#kmap = init.kmap;
+    this.#cores = init.cores;
     this.#drain = init.drain;
     this.fatal = init.fatal;
     this.#shutdown = init.shutdown;
@@ -126,6 +120,7 @@ export class LanewayServer {
   static async start(options: LanewayServerOptions): Promise<LanewayServer> {
     const { startup, logger: log } = options;
     const { server } = startup;
+    const bindings = options.cores ?? coreBindings;
     await mkdir(server.dataDir, { recursive: true, mode: 0o700 });
 
     const started: { close(): Promise<unknown> }[] = [];
@@ -152,69 +147,81 @@ export class LanewayServer {
       });
       started.push({ close: () => broker.close() });
 
-      const kmap = await openKmapCore({
-        directory: join(server.dataDir, "kmap"),
-        logger: log.child({ core: "kmap" }),
-        ...(options.kmapPausePoints ? { pausePoints: options.kmapPausePoints } : {}),
-      });
-      started.push({ close: () => kmap.close() });
-
       const health = new HealthStatus();
-      const registry = startup.lanes ? new LaneRegistry(startup.lanes) : undefined;
-      let kmapRunning = true;
-      const refreshHealth = () => {
-        const brokerServing = broker.state === "connected";
-        const status = (ok: boolean) => (ok ? "SERVING" : "NOT_SERVING");
-        health.set(NATS_HEALTH_NAME, status(brokerServing));
-        health.set(LaneService.typeName, status(registry !== undefined && brokerServing));
-        health.set(KmapCommandService.typeName, status(kmapRunning));
-        health.set(KmapReadService.typeName, status(kmapRunning));
-        health.set(HiveHubService.typeName, "NOT_SERVING");
-        health.set(HiveMemberService.typeName, "NOT_SERVING");
-        health.set("", status(brokerServing && kmapRunning));
+      const coreHealth = new Map<string, "serving" | "not_serving" | "off">();
+      const refreshOverall = () => {
+        const counted = [...coreHealth.values()].filter((state) => state !== "off");
+        const serving = broker.state === "connected" && counted.every((state) => state === "serving");
+        health.set("", serving ? "SERVING" : "NOT_SERVING");
+      };
+      const reporter = {
+        set(name: string, state: "serving" | "not_serving" | "off") {
+          coreHealth.set(name, state);
+          health.set(name, state === "serving" ? "SERVING" : "NOT_SERVING");
+          refreshOverall();
+        },
+      };
+      const refreshBroker = () => {
+        health.set(NATS_HEALTH_NAME, broker.state === "connected" ? "SERVING" : "NOT_SERVING");
+        refreshOverall();
       };
       broker.onStateChange(() => {
         if (broker.state === "connected") log.info("NATS connection is available", { generation: broker.generation });
         else if (broker.state === "closed") log.info("NATS connection closed");
         else log.warn("NATS connection is not available", { state: broker.state });
-        refreshHealth();
+        refreshBroker();
       });
-      refreshHealth();
+      refreshBroker();
 
-      // The Kmap runtime is the future the server supervises: if SQLite or
-      // the Kweb manager fails, the core stops serving and the process must
-      // exit so that a restart recovers.
-      let reportFatal!: (error: Error) => void;
-      const fatal = new Promise<Error>((resolve) => (reportFatal = resolve));
-      kmap.runtime.run().catch((error: unknown) => {
-        kmapRunning = false;
-        refreshHealth();
-        log.error("the Kmap command runtime failed; Laneway must be restarted to recover", safeErrorFields(error));
-        reportFatal(error instanceof Error ? error : new Error("the Kmap command runtime failed"));
-      });
-
-      const authenticator = new Authenticator({
-        projectTokens: startup.lanes?.tokens ?? new Map(),
-        operatorToken: server.adminToken,
-      });
       const shutdown = new AbortController();
       // Every in-flight call links its own signal to this one.
       setMaxListeners(0, shutdown.signal);
       // Aborted first on shutdown: server streams end cleanly.
       const drain = new AbortController();
       setMaxListeners(0, drain.signal);
+
+      const cores: { name: string; core: OpenCore }[] = [];
+      for (const binding of bindings) {
+        const core = await binding.open({
+          startup,
+          log: log.child({ core: binding.name }),
+          broker,
+          drain: drain.signal,
+          health: reporter,
+          pausePoints: options.pausePoints ?? noPausePoints,
+        });
+        cores.push({ name: binding.name, core });
+        started.push({ close: () => core.close() });
+      }
+
+      const access = new Map<string, ServiceAccess>(publicServices.map((name) => [name, { principal: "none", errors: serverDomain }]));
+      for (const binding of bindings) {
+        for (const { service, principal } of binding.services) access.set(service.typeName, { principal, errors: binding.errors });
+      }
+      const projectTokens = new Map(cores.flatMap(({ core }) => [...(core.projectTokens ?? new Map())]));
+      const members: MemberSecretResolver | undefined = cores.find(({ core }) => core.members)?.core.members;
+      const authenticator = new Authenticator({ projectTokens, operatorToken: server.adminToken, members, access });
+
+      // The first core to fail at run time ends the server.
+      const fatal = Promise.race(cores.flatMap(({ core }) => (core.fatal ? [core.fatal] : [])).concat(new Promise<Error>(() => {})));
+
       const routes = (router: ConnectRouter) => {
-        router.service(LaneService, laneServiceImpl(registry));
-        router.service(HiveHubService, hiveHubServiceImpl);
-        router.service(HiveMemberService, hiveMemberServiceImpl);
-        router.service(KmapCommandService, kmapCommandServiceImpl(kmap.lane, drain.signal));
-        router.service(KmapReadService, kmapReadServiceImpl(kmap.reader));
+        for (const { name, core } of cores) {
+          const binding = bindings.find((b) => b.name === name)!;
+          for (const { service } of binding.services) {
+            const implementation = core.implementations.find((i) => i.service === service);
+            if (implementation === undefined) throw new Error(`the ${name} core does not implement ${service.typeName}`);
+            router.service(service, implementation.impl);
+          }
+        }
         healthRoutes(router, health);
-        reflectionRoutes(router, [...lanewayServices, Health], { files: [file_laneway_errors_v1_errors] });
+        const served = bindings.flatMap((b) => b.services.map((s) => s.service));
+        reflectionRoutes(router, [...served, Health], { files: [file_laneway_errors_v1_errors] });
       };
+      const domainOf = (typeName: string) => access.get(typeName)?.errors ?? serverDomain;
       const handler = connectNodeAdapter({
         routes,
-        interceptors: [errorMappingInterceptor(log), createValidateInterceptor({ validator: contractValidator })],
+        interceptors: [errorMappingInterceptor(log, domainOf), createValidateInterceptor({ validator: contractValidator })],
         requestGate: authenticator.gate,
         shutdownSignal: shutdown.signal,
       });
@@ -229,7 +236,7 @@ export class LanewayServer {
         listener,
         broker,
         embedded,
-        kmap,
+        cores,
         drain,
         fatal,
         shutdown,
@@ -243,11 +250,11 @@ export class LanewayServer {
   }
 
   /**
-   * Graceful shutdown: report NOT_SERVING and end health and command
-   * watches, stop accepting connections, let in-flight calls finish until
-   * the shutdown timeout (then cancel them), stop the Kmap runtime after the
-   * command it is applying and close SQLite, close NATS, stop the embedded
-   * nats-server.
+   * Graceful shutdown: report NOT_SERVING and end health watches and the
+   * cores' server streams, stop accepting connections, let in-flight calls
+   * finish until the shutdown timeout (then cancel them), close the cores in
+   * reverse order (the Kmap runtime stops after the command it is applying
+   * and closes SQLite), close NATS, stop the embedded nats-server.
    * Safe to call more than once.
    */
   close(): Promise<ShutdownReport> {
@@ -275,7 +282,7 @@ export class LanewayServer {
       if (!result.drained) this.#log.warn("in-flight calls were canceled at the shutdown deadline", { timeoutMs: this.#shutdownTimeoutMs });
       return result.drained;
     });
-    await run("stop the Kmap runtime and close its databases", () => this.#kmap.close());
+    for (const { name, core } of [...this.#cores].reverse()) await run(`close the ${name} core`, () => core.close());
     await run("close NATS connection", async () => (await this.#broker.close()).drained);
     if (this.#embedded) {
       const embedded = this.#embedded;

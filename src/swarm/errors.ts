@@ -1,11 +1,11 @@
-import { safeMessage } from "../log/safe-message.js";
+import { CoreError } from "../errors/core-error.js";
 
 /**
- * Typed failures of swarm membership. Messages reproduce the specification's
- * exact texts (for example `the hub record lists no member swarms for hive
- * member <id>`), because operators search for them.
+ * The swarm core's reasons. Messages reproduce the specification's exact
+ * texts (for example `the hub record lists no member swarms for hive member
+ * <id>`), because operators search for them.
  */
-export type SwarmErrorCode =
+export type SwarmReason =
   | "swarm_invalid"
   | "swarm_forbidden"
   | "swarm_conflict"
@@ -13,16 +13,8 @@ export type SwarmErrorCode =
   | "swarm_migration_incomplete"
   | "swarm_unscoped";
 
-/** A swarm failure with a message fit for an operator or member. */
-export class SwarmError extends Error {
+/** A failure of swarm membership (see CoreError for what its message and cause may hold). */
+export class SwarmError extends CoreError<SwarmReason> {
   override readonly name = "SwarmError";
-  readonly [safeMessage] = true as const;
-
-  constructor(
-    readonly code: SwarmErrorCode,
-    message: string,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
-  }
+  readonly domain = "swarm" as const;
 }

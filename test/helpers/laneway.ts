@@ -15,7 +15,8 @@ import { join, resolve } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createLanewayTransport, type WireProtocol } from "../../src/client/transport.js";
-import { loadStartupConfig } from "../../src/config/index.js";
+import { exampleLanesConfig } from "../../src/lanes/index.js";
+import { loadStartupConfig } from "../../src/startup/index.js";
 import { createLogger } from "../../src/log/logger.js";
 import { LanewayServer, type ShutdownReport } from "../../src/server/laneway-server.js";
 import { waitFor } from "./wait-for.js";
@@ -37,27 +38,8 @@ export function generateTokens(): TestTokens {
   };
 }
 
-/** The specification's example lane, with token variables. */
-export function exampleLanesConfig(overrides: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    namespace: "commons",
-    principals: [
-      { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-      { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-    ],
-    lanes: [
-      {
-        id: "measurements",
-        owner: "atlas",
-        publishers: ["atlas", "beacon"],
-        subscribers: ["atlas", "beacon"],
-        groups: { summarizers: ["beacon"] },
-        recoverers: { summarizers: ["beacon"] },
-      },
-    ],
-    ...overrides,
-  };
-}
+/** The specification's example lanes configuration (namespace `commons`), with top-level fields replaced. */
+export { exampleLanesConfig } from "../../src/lanes/index.js";
 
 export interface LanewayTestOptions {
   /** An external NATS url (a test-owned server); default: Laneway's embedded server. */
@@ -239,7 +221,8 @@ export async function startLanewayProcess(options: LanewayTestOptions = {}): Pro
   };
 }
 
-function collectLines(stream: NodeJS.ReadableStream, into: string[]): void {
+/** Collects a stream's output line by line into `into`. */
+export function collectLines(stream: NodeJS.ReadableStream, into: string[]): void {
   let partial = "";
   stream.setEncoding("utf8");
   stream.on("data", (chunk: string) => {

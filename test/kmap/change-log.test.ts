@@ -5,7 +5,8 @@ import { afterAll, expect, test } from "vitest";
 import { create } from "@bufbuild/protobuf";
 import { CommandSchema } from "../../gen/laneway/kmap/v1/command_pb.js";
 import { ChangeFeed } from "../../src/kmap/change-feed.js";
-import { openCommandLane, type CommandEvent, type CommandLane, type KwebManager } from "../../src/kmap/index.js";
+import { type CommandEvent, type CommandQueue, type KwebManager } from "../../src/kmap/index.js";
+import { openCommandQueue } from "../../src/kmap/internal.js";
 
 /**
  * The change log behind WatchCommands: a watcher far behind reads SQLite, a
@@ -27,7 +28,7 @@ afterAll(async () => {
 
 const id = (n: number) => n.toString(16).padStart(32, "0");
 
-async function submitMany(lane: CommandLane, from: number, count: number): Promise<void> {
+async function submitMany(lane: CommandQueue, from: number, count: number): Promise<void> {
   await Promise.all(
     Array.from({ length: count }, (_, i) =>
       lane.submit({
@@ -51,7 +52,7 @@ async function take(events: AsyncGenerator<CommandEvent>, count: number): Promis
 test("watchers far behind, keeping up, and filtered all see the log in order", async () => {
   const dir = await mkdtemp(join(tmpdir(), "laneway-kmap-log-"));
   dirs.push(dir);
-  const { lane, close } = openCommandLane(join(dir, "commands.sqlite"), idle);
+  const { queue: lane, close } = openCommandQueue(join(dir, "commands.sqlite"), idle);
   const total = ChangeFeed.RECENT * 2 + 52; // more than memory keeps
   await submitMany(lane, 1, total);
   const signal = AbortSignal.timeout(60_000);

@@ -8,25 +8,13 @@ import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
 import { CommandState, SubmissionSchema } from "../../gen/laneway/kmap/v1/command_pb.js";
 import { CommandEventKind, type SubmitCommandResponse } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
-import {
-  KmapModel,
-  holdWriteLock,
-  isTerminalState,
-  SeededRandom,
-  kmapClients,
-  listAllRecords,
-  pausedAt,
-  processState,
-  startKmapProcess,
-  submitPlanned,
-  verifyLane,
-  verifyNodes,
-  waitUntilPaused,
-  waitUntilTerminal,
-  type KmapClients,
-  type KmapProcess,
-  type PlannedCommand,
-} from "../helpers/kmap-checks.js";
+import { isTerminalState, kmapClients, listAllRecords, waitUntilTerminal, type KmapClients } from "../helpers/kmap-clients.js";
+import { verifyCommands, verifyNodes } from "../helpers/kmap-invariants.js";
+import { KmapModel, submitPlanned, type PlannedCommand } from "../helpers/kmap-model.js";
+import { startKmapProcess, type KmapProcess } from "../helpers/kmap-process.js";
+import { pausedAt, processState, waitUntilPaused } from "../helpers/pause-points.js";
+import { SeededRandom } from "../helpers/seeded-random.js";
+import { holdWriteLock } from "../helpers/sqlite-lock.js";
 import { generateTokens, startLanewayProcess, type ChildLaneway, type TestTokens } from "../helpers/laneway.js";
 import { waitFor } from "../helpers/wait-for.js";
 
@@ -37,8 +25,8 @@ import { waitFor } from "../helpers/wait-for.js";
  * holds exactly one transaction per committed command.
  *
  * The kill points are the runtime's named pause points
- * (`LANEWAY_KMAP_PAUSE_AT`): at the chosen occurrence the server prints
- * `laneway-kmap-paused <point> <id>` and stops itself (SIGSTOP), so the
+ * (`LANEWAY_PAUSE_AT`): at the chosen occurrence the server prints
+ * `laneway-paused <point> <id>` and stops itself (SIGSTOP), so the
  * SIGKILL lands exactly there — after marking Applying, after the Kweb
  * commit and before the lane's status update, between records. A loop then
  * kills at random points and random moments over many restarts. To make the
@@ -87,7 +75,7 @@ async function newDataDir(): Promise<string> {
 }
 
 async function startLaneway(dataDir: string, tokens: TestTokens, pauseAt?: string): Promise<ChildLaneway> {
-  const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: pauseAt ? { LANEWAY_KMAP_PAUSE_AT: pauseAt } : {} });
+  const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: pauseAt ? { LANEWAY_PAUSE_AT: pauseAt } : {} });
   running.push(laneway);
   return laneway;
 }
@@ -223,7 +211,7 @@ describe("SIGKILL at a named point, then restart", () => {
     expect(seed.record!.sequence).toBe(answered.get(seeds[0]!.id)!.record!.sequence);
     expect(equals(SubmissionSchema, seed.record!.submission!, answered.get(seeds[0]!.id)!.record!.submission!)).toBe(true);
 
-    const report = await verifyLane(clients, model);
+    const report = await verifyCommands(clients, model);
     await verifyNodes(clients, model, report);
     const pausedEvents = report.events.get(pause.id)!;
     const pausedRecord = report.records.get(pause.id)!;
@@ -431,7 +419,7 @@ test("random kill points over many restarts", { timeout: 240_000 }, async () => 
   unanswered = [];
   history.push(`final: ${model.planned.length} commands, ${mustRecover.length} paused after Applying`);
 
-  const report = await verifyLane(clients, model);
+  const report = await verifyCommands(clients, model);
   await verifyNodes(clients, model, report);
   // Acknowledged submissions survived every kill, at their original place.
   for (const [id, response] of answered) expect(report.records.get(id)!.sequence).toBe(response.record!.sequence);

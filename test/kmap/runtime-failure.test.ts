@@ -6,7 +6,10 @@ import { afterEach, expect, test } from "vitest";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Health, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { CommandEventKind, KmapCommandService } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
-import { KmapModel, kmapClients, submitPlanned, verifyLane, verifyNodes, waitUntilPaused } from "../helpers/kmap-checks.js";
+import { kmapClients } from "../helpers/kmap-clients.js";
+import { verifyCommands, verifyNodes } from "../helpers/kmap-invariants.js";
+import { KmapModel, submitPlanned } from "../helpers/kmap-model.js";
+import { waitUntilPaused } from "../helpers/pause-points.js";
 import { generateTokens, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
 import { waitFor } from "../helpers/wait-for.js";
 
@@ -59,7 +62,7 @@ test("a locked lane database ends the runtime: NOT_SERVING, a log line, exit 1; 
   cleanups.push(() => rm(dataDir, { recursive: true, force: true }));
   const tokens = generateTokens();
 
-  const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: { LANEWAY_KMAP_PAUSE_AT: "after-applying" } });
+  const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: { LANEWAY_PAUSE_AT: "after-applying" } });
   cleanups.push(() => laneway.remove());
   let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   void laneway.exited.then((result) => (exit = result));
@@ -111,7 +114,7 @@ test("a locked lane database ends the runtime: NOT_SERVING, a log line, exit 1; 
   cleanups.push(() => restarted.remove());
   const restartedHealth = restarted.clients.client(Health, { protocol: "grpc" });
   expect((await restartedHealth.check({ service: KmapCommandService.typeName })).status).toBe(SERVING);
-  const report = await verifyLane(kmapClients(restarted), model);
+  const report = await verifyCommands(kmapClients(restarted), model);
   await verifyNodes(kmapClients(restarted), model, report);
 
   const events = report.events.get(command.id)!;

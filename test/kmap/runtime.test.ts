@@ -11,13 +11,13 @@ import {
   FIRST_RETRY_DELAY_MS,
   KwebTaskError,
   MAX_RETRY_DELAY_MS,
-  openCommandLane,
   openKmapCore,
   WriterUnavailableError,
   type CommandRecord,
   type KmapCore,
   type KwebManager,
 } from "../../src/kmap/index.js";
+import { openCommandQueue } from "../../src/kmap/internal.js";
 import { ManualClock } from "../helpers/manual-clock.js";
 import { waitFor } from "../helpers/wait-for.js";
 
@@ -63,12 +63,12 @@ function freshId(): string {
 
 async function submit(core: KmapCore, operation: MessageInitShape<typeof CommandSchema>["operation"], expected: Record<string, string> = {}) {
   const idempotencyId = freshId();
-  await core.lane.submit({ idempotencyId, command: command(operation), expectedTransactionIds: expected });
+  await core.queue.submit({ idempotencyId, command: command(operation), expectedTransactionIds: expected });
   return idempotencyId;
 }
 
 function recordOf(core: KmapCore, id: string): CommandRecord {
-  return core.lane.get(id)!;
+  return core.queue.get(id)!;
 }
 
 function terminal(core: KmapCore, id: string): Promise<CommandRecord> {
@@ -219,7 +219,7 @@ describe("failures of the runtime itself", () => {
     expect(history.transactions).toHaveLength(1);
     expect(history.transactions[0]!.id).toBe(record.transactionId);
     const kinds: string[] = [];
-    for await (const event of second.core.lane.watch({ afterPosition: 0, idempotencyId: id, signal: AbortSignal.timeout(60_000) })) {
+    for await (const event of second.core.queue.watch({ afterPosition: 0, idempotencyId: id, signal: AbortSignal.timeout(60_000) })) {
       kinds.push(event.kind);
       if (event.kind === "committed") break;
     }
@@ -237,7 +237,7 @@ describe("failures of the runtime itself", () => {
       }
     }
     const manager = new ObservedManager({ databasePath: join(directory, "kweb.sqlite"), signingKeyPath: join(directory, "signing-key.pem") });
-    const opened = openCommandLane(join(directory, "commands.sqlite"), manager, { clock: new ManualClock() });
+    const opened = openCommandQueue(join(directory, "commands.sqlite"), manager, { clock: new ManualClock() });
     cleanups.push(async () => {
       await manager.close();
       opened.close();
@@ -250,6 +250,6 @@ describe("failures of the runtime itself", () => {
     await manager.worker!.terminate();
     const error = await running;
     expect(error).toBeInstanceOf(KwebTaskError);
-    expect((error as KwebTaskError).cause).toMatchObject({ reason: "worker_stopped" });
+    expect((error as KwebTaskError).cause).toMatchObject({ failure: "worker_stopped" });
   });
 });

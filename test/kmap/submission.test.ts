@@ -4,7 +4,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { CommandSchema, type Command } from "../../gen/laneway/kmap/v1/command_pb.js";
-import { KmapError, openCommandLane, validateSubmission, type KwebManager, type Submission } from "../../src/kmap/index.js";
+import { KmapError, validateSubmission, type KwebManager, type Submission } from "../../src/kmap/index.js";
+import { openCommandQueue } from "../../src/kmap/internal.js";
 
 /**
  * Every validation rule of `submit`, against a real SQLite lane: bad
@@ -27,7 +28,7 @@ afterAll(async () => {
 async function freshLane() {
   const dir = await mkdtemp(join(tmpdir(), "laneway-kmap-"));
   dirs.push(dir);
-  return openCommandLane(join(dir, "commands.sqlite"), idle);
+  return openCommandQueue(join(dir, "commands.sqlite"), idle);
 }
 
 const nodeA = "0123456789abcdef0123456789abcdef";
@@ -50,7 +51,7 @@ function invalid(s: Submission): string {
     validateSubmission(s);
   } catch (error) {
     expect(error).toBeInstanceOf(KmapError);
-    expect((error as KmapError).code).toBe("invalid_input");
+    expect((error as KmapError).reason).toBe("invalid_input");
     return (error as KmapError).message;
   }
   throw new Error("the submission was accepted");
@@ -122,51 +123,51 @@ describe("commands", () => {
 
 describe("submit", () => {
   test("commits a Queued record, and an exact repeat returns the original", async () => {
-    const { lane, close } = await freshLane();
-    const first = await lane.submit(submission());
+    const { queue, close } = await freshLane();
+    const first = await queue.submit(submission());
     expect(first.existing).toBe(false);
     expect(first.record).toMatchObject({ sequence: 1, state: "queued", attempts: 0 });
-    const again = await lane.submit(submission());
+    const again = await queue.submit(submission());
     expect(again.existing).toBe(true);
     expect(again.record).toEqual(first.record);
     expect(again.position).toBe(first.position);
-    expect(lane.snapshot()).toHaveLength(1);
+    expect(queue.snapshot()).toHaveLength(1);
     close();
   });
 
   test("reusing an id for different input is a conflict and changes nothing", async () => {
-    const { lane, close } = await freshLane();
-    await lane.submit(submission());
+    const { queue, close } = await freshLane();
+    await queue.submit(submission());
     const other = cmd({ case: "createNode", value: { kind: "topic", title: "Lakes" } });
-    await expect(lane.submit(submission({ command: other }))).rejects.toMatchObject({
-      code: "conflict",
+    await expect(queue.submit(submission({ command: other }))).rejects.toMatchObject({
+      reason: "conflict",
       message: `idempotency_id ${goodId} was already used for a different submission`,
     });
-    await expect(lane.submit(submission({ expectedTransactionIds: { [nodeA]: tx } }))).rejects.toMatchObject({ code: "conflict" });
-    expect(lane.snapshot().map((r) => r.submission.command)).toEqual([createTopic]);
+    await expect(queue.submit(submission({ expectedTransactionIds: { [nodeA]: tx } }))).rejects.toMatchObject({ reason: "conflict" });
+    expect(queue.snapshot().map((r) => r.submission.command)).toEqual([createTopic]);
     close();
   });
 
   test("invalid input is refused before anything is stored", async () => {
-    const { lane, close } = await freshLane();
-    await expect(lane.submit(submission({ idempotencyId: "nope" }))).rejects.toMatchObject({ code: "invalid_input" });
-    expect(lane.snapshot()).toEqual([]);
+    const { queue, close } = await freshLane();
+    await expect(queue.submit(submission({ idempotencyId: "nope" }))).rejects.toMatchObject({ reason: "invalid_input" });
+    expect(queue.snapshot()).toEqual([]);
     close();
   });
 
   test("submissions of one turn share a commit but keep their order, and a repeat within the group finds the first", async () => {
-    const { lane, close } = await freshLane();
+    const { queue, close } = await freshLane();
     const ids = ["4", "5", "6"].map((d) => d.repeat(32));
-    const results = await Promise.all([...ids.map((idempotencyId) => lane.submit(submission({ idempotencyId }))), lane.submit(submission({ idempotencyId: ids[0]! }))]);
+    const results = await Promise.all([...ids.map((idempotencyId) => queue.submit(submission({ idempotencyId }))), queue.submit(submission({ idempotencyId: ids[0]! }))]);
     expect(results.map((r) => [r.record.sequence, r.existing])).toEqual([
       [1, false],
       [2, false],
       [3, false],
       [1, true],
     ]);
-    const conflicting = lane.submit(submission({ idempotencyId: ids[1]!, command: cmd({ case: "createNode", value: { kind: "topic", title: "other" } }) }));
-    const fine = lane.submit(submission({ idempotencyId: "7".repeat(32) }));
-    await expect(conflicting).rejects.toMatchObject({ code: "conflict" });
+    const conflicting = queue.submit(submission({ idempotencyId: ids[1]!, command: cmd({ case: "createNode", value: { kind: "topic", title: "other" } }) }));
+    const fine = queue.submit(submission({ idempotencyId: "7".repeat(32) }));
+    await expect(conflicting).rejects.toMatchObject({ reason: "conflict" });
     expect((await fine).record.sequence).toBe(4);
     close();
   });
@@ -175,12 +176,12 @@ describe("submit", () => {
     const dir = await mkdtemp(join(tmpdir(), "laneway-kmap-"));
     dirs.push(dir);
     const path = join(dir, "commands.sqlite");
-    const first = openCommandLane(path, idle);
+    const first = openCommandQueue(path, idle);
     const ids = ["1", "2", "3"].map((d) => d.repeat(32));
-    for (const idempotencyId of ids) await first.lane.submit(submission({ idempotencyId }));
+    for (const idempotencyId of ids) await first.queue.submit(submission({ idempotencyId }));
     first.close();
-    const second = openCommandLane(path, idle);
-    expect(second.lane.snapshot().map((r) => [r.sequence, r.submission.idempotencyId])).toEqual(ids.map((id, i) => [i + 1, id]));
+    const second = openCommandQueue(path, idle);
+    expect(second.queue.snapshot().map((r) => [r.sequence, r.submission.idempotencyId])).toEqual(ids.map((id, i) => [i + 1, id]));
     second.close();
   });
 });

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 
 import { BrokerConnection, type BrokerStateChange } from "../../src/nats/broker-connection.js";
-import { BrokerUnavailableError, classifyNatsError } from "../../src/nats/errors.js";
+import { BrokerUnavailableError, classifyNatsError } from "../../src/nats/index.js";
 import { removeAllNatsServers, startNatsServer } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
 

@@ -6,7 +6,7 @@ import { createAccount, createOperator, createUser } from "@nats-io/nkeys";
 import { afterAll, describe, expect, it } from "vitest";
 
 import { BrokerConnection } from "../../src/nats/broker-connection.js";
-import { BrokerPermissionError, BrokerUnavailableError } from "../../src/nats/errors.js";
+import { BrokerPermissionError, BrokerUnavailableError } from "../../src/nats/index.js";
 import { removeAllNatsServers, startNatsServer } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
 

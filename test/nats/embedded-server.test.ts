@@ -11,7 +11,7 @@ import {
   EmbeddedServerConfigError,
   EmbeddedServerExitedError,
   NatsServerNotInstalledError,
-} from "../../src/nats/errors.js";
+} from "../../src/nats/index.js";
 import { inspectNatsServerBinary, NATS_SERVER_BIN_ENV, resolveNatsServerBinary } from "../../src/nats/nats-server-binary.js";
 import { removeAllNatsServers, startNatsServer } from "../helpers/nats-server.js";
 

@@ -12,7 +12,7 @@ import {
   JetStreamErrorCode,
   JetStreamRejectedError,
   type NatsFailure,
-} from "../../src/nats/errors.js";
+} from "../../src/nats/index.js";
 import { removeAllNatsServers, startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 
 const encode = (s: string): Uint8Array => new TextEncoder().encode(s);

@@ -1,11 +1,14 @@
 import { once } from "node:events";
-import { readFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { create } from "@bufbuild/protobuf";
 import { ConnectError } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection, ServerReflectionRequestSchema, type ServerReflectionRequest } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { EXAMPLE_LANES_CONFIG } from "../../src/lanes/index.js";
 import { generateTokens, spawnLaneway, startLanewayInProcess, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
@@ -20,6 +23,12 @@ const cleanups: (() => Promise<unknown>)[] = [];
 afterAll(async () => {
   for (const cleanup of cleanups.reverse()) await cleanup();
 });
+
+// The specification's example lanes configuration, as a file for `--lanes-config`.
+const fixtureDir = await mkdtemp(join(tmpdir(), "laneway-lifecycle-"));
+const exampleLanesFile = join(fixtureDir, "lanes.json");
+await writeFile(exampleLanesFile, JSON.stringify(EXAMPLE_LANES_CONFIG));
+cleanups.push(() => rm(fixtureDir, { recursive: true, force: true }));
 
 function processAlive(pid: number): boolean {
   try {
@@ -111,7 +120,7 @@ describe("laneway serve as a child process", () => {
 
   test("equal tokens stop startup with exit code 2 and a message that holds no token", async () => {
     const tokens = generateTokens();
-    const laneway = await runToExit(["serve", "--listen", "127.0.0.1:0", "--data-dir", "/tmp/laneway-never-created", "--lanes-config", "test/fixtures/example-lanes.json"], {
+    const laneway = await runToExit(["serve", "--listen", "127.0.0.1:0", "--data-dir", "/tmp/laneway-never-created", "--lanes-config", exampleLanesFile], {
       ATLAS_LANE_TOKEN: tokens.atlas,
       BEACON_LANE_TOKEN: tokens.atlas,
     });
@@ -121,7 +130,7 @@ describe("laneway serve as a child process", () => {
 
   test("a project token equal to the operator token stops startup", async () => {
     const tokens = generateTokens();
-    const laneway = await runToExit(["serve", "--listen", "127.0.0.1:0", "--lanes-config", "test/fixtures/example-lanes.json"], {
+    const laneway = await runToExit(["serve", "--listen", "127.0.0.1:0", "--lanes-config", exampleLanesFile], {
       ATLAS_LANE_TOKEN: tokens.atlas,
       BEACON_LANE_TOKEN: tokens.beacon,
       LANEWAY_ADMIN_TOKEN: tokens.beacon,
@@ -132,7 +141,7 @@ describe("laneway serve as a child process", () => {
   });
 
   test("a short project token stops startup", async () => {
-    const laneway = await runToExit(["serve", "--listen", "127.0.0.1:0", "--lanes-config", "test/fixtures/example-lanes.json"], {
+    const laneway = await runToExit(["serve", "--listen", "127.0.0.1:0", "--lanes-config", exampleLanesFile], {
       ATLAS_LANE_TOKEN: "too-short",
       BEACON_LANE_TOKEN: generateTokens().beacon,
     });

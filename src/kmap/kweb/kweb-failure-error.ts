@@ -22,15 +22,18 @@ export type KwebFailureReason =
   | "closed";
 
 /**
- * A failure of the Kweb itself. It is a KmapError with code `internal` so the
+ * A failure of the Kweb itself. It is a KmapError with reason `internal` so the
  * server's one error mapping turns it into `internal` without knowing about
  * the Kweb, and the lane's runtime ends on it (a manager failure). The
  * message is written for an operator and never holds SQLite's text or a file
  * path; the original error stays in `cause`.
  */
 export class KwebFailureError extends KmapError {
+  override readonly name = "KwebFailureError";
+
   constructor(
-    readonly reason: KwebFailureReason,
+    /** What failed, for the log; the caller sees only `internal`. */
+    readonly failure: KwebFailureReason,
     message: string,
     options?: { cause?: unknown },
   ) {

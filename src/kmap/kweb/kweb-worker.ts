@@ -26,7 +26,7 @@ function toWire(error: unknown, fallback: string): WireError {
   if (error instanceof WriterUnavailableError) return { kind: "writer_unavailable", message: error.message };
   if (error instanceof KwebFailureError) {
     const cause = causeOf(error.cause);
-    return { kind: "kweb_failure", reason: error.reason, message: error.message, ...(cause ? { cause } : {}) };
+    return { kind: "kweb_failure", reason: error.failure, message: error.message, ...(cause ? { cause } : {}) };
   }
   const cause = causeOf(error);
   return { kind: "kweb_failure", reason: "storage_failed", message: fallback, ...(cause ? { cause } : {}) };

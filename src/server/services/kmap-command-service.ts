@@ -13,7 +13,7 @@ import {
   KmapCommandService,
   WatchCommandsResponseSchema,
 } from "../../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
-import { KmapError, type CommandEventKind, type CommandLane, type CommandRecord, type CommandState } from "../../kmap/index.js";
+import { KmapError, type CommandEventKind, type CommandQueue, type CommandRecord, type CommandState } from "../../kmap/index.js";
 import { decodePageToken, encodePageToken, pageSize } from "../paging.js";
 
 /**
@@ -59,7 +59,7 @@ export function commandRecordMessage(record: CommandRecord): ProtoCommandRecord 
   });
 }
 
-export function kmapCommandServiceImpl(lane: CommandLane, drain: AbortSignal): ServiceImpl<typeof KmapCommandService> {
+export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): ServiceImpl<typeof KmapCommandService> {
   return {
     async submitCommand(req) {
       // The contract makes `command` required; the interceptor has checked it.
@@ -79,7 +79,7 @@ export function kmapCommandServiceImpl(lane: CommandLane, drain: AbortSignal): S
 
     listCommands(req) {
       const size = pageSize(req.pageSize);
-      const after = decodePageToken(req.pageToken, "kmap");
+      const after = decodePageToken(req.pageToken);
       const state = req.state === ProtoCommandState.UNSPECIFIED ? undefined : coreStates.get(req.state);
       const records = lane.page(after, size + 1, state);
       const page = records.slice(0, size);

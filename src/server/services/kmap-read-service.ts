@@ -3,7 +3,7 @@ import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { KmapReadService, LinkSchema, NodeSchema, TransactionSchema, type Node, type Transaction } from "../../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
 import { KmapError } from "../../kmap/index.js";
-import type { KwebNode, KwebReader, KwebTransaction } from "../../kmap/kweb/index.js";
+import type { KwebNode, KwebReader, KwebTransaction } from "../../kmap/index.js";
 import { decodeIdPageToken, decodePageToken, encodePageToken, pageSize } from "../paging.js";
 
 /** KmapReadService: reads of the Kmap and its signed history, mapped to the contract. */
@@ -52,7 +52,7 @@ export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof Kmap
 
     listNodes(req) {
       const page = reader.listNodes({
-        afterId: decodeIdPageToken(req.pageToken, canonicalId, "kmap") || undefined,
+        afterId: decodeIdPageToken(req.pageToken, canonicalId) || undefined,
         limit: pageSize(req.pageSize),
         parentId: req.parentId || undefined,
       });
@@ -67,7 +67,7 @@ export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof Kmap
 
     listTransactions(req) {
       const page = reader.listTransactions({
-        afterSequence: decodePageToken(req.pageToken, "kmap"),
+        afterSequence: decodePageToken(req.pageToken),
         limit: pageSize(req.pageSize),
         nodeId: req.nodeId || undefined,
         provenance: req.provenance || undefined,

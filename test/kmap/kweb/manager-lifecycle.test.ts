@@ -64,9 +64,9 @@ for (const [how, idempotencyId, committedBeforeDeath] of [
       expect(outcome.status).toBe("rejected");
       const error = outcome.status === "rejected" ? (outcome.reason as unknown) : undefined;
       expect(error).toBeInstanceOf(KwebFailureError);
-      expect(error).toMatchObject({ reason: "worker_stopped", code: "internal", message: "the Kweb writer thread stopped unexpectedly" });
+      expect(error).toMatchObject({ failure: "worker_stopped", reason: "internal", message: "the Kweb writer thread stopped unexpectedly" });
     }
-    await expect(apply(manager, command.createNode({ title: "later" }))).rejects.toMatchObject({ reason: "worker_stopped" });
+    await expect(apply(manager, command.createNode({ title: "later" }))).rejects.toMatchObject({ failure: "worker_stopped" });
     await manager.close();
 
     // A new manager on the same file carries on, and the retried command
@@ -96,8 +96,8 @@ test("close lets the apply in progress finish, rejects the queued ones and later
   const inProgress = track(apply(manager, command.createNode({ title: "in progress" })));
   const queued = apply(manager, command.createNode({ title: "queued" }));
   const closing = track(manager.close());
-  await expect(queued).rejects.toMatchObject({ reason: "closed" });
-  await expect(apply(manager, command.createNode({ title: "late" }))).rejects.toMatchObject({ reason: "closed" });
+  await expect(queued).rejects.toMatchObject({ failure: "closed" });
+  await expect(apply(manager, command.createNode({ title: "late" }))).rejects.toMatchObject({ failure: "closed" });
   await expect(manager.ready()).resolves.toBeUndefined();
   expect(inProgress.settled).toBe(false);
   expect(closing.settled).toBe(false);
@@ -116,7 +116,7 @@ test("close is idempotent and works on a manager that never started", async () =
   const idle = new EmbeddedKwebManager({ databasePath: paths.databasePath, signingKeyPath: paths.signingKeyPath });
   await idle.close();
   await idle.close();
-  await expect(idle.ready()).rejects.toMatchObject({ reason: "closed" });
+  await expect(idle.ready()).rejects.toMatchObject({ failure: "closed" });
   await expect(apply(idle, command.createNode())).rejects.toBeInstanceOf(KwebFailureError);
 });
 
@@ -140,10 +140,10 @@ test("a Kweb file with a newer schema version is refused with a clear error", as
   const error = await manager.ready().catch((e: unknown) => e);
   expect(error).toBeInstanceOf(KwebFailureError);
   expect(error).toMatchObject({
-    reason: "unsupported_schema",
+    failure: "unsupported_schema",
     message: `the Kweb file has schema version ${KWEB_SCHEMA_VERSION + 1}, newer than this Laneway understands (${KWEB_SCHEMA_VERSION}); upgrade Laneway`,
   });
-  await expect(apply(manager, command.createNode())).rejects.toMatchObject({ reason: "unsupported_schema" });
+  await expect(apply(manager, command.createNode())).rejects.toMatchObject({ failure: "unsupported_schema" });
   expect(() => KwebReader.open(paths.databasePath)).toThrow(/newer than this Laneway understands/);
 });
 
@@ -154,14 +154,14 @@ test("a file that is not a Kweb file is refused, and so is one that is not SQLit
   other.exec("CREATE TABLE something_else (x)");
   other.close();
   await expect(EmbeddedKwebManager.open({ databasePath: paths.databasePath, signingKeyPath: paths.signingKeyPath })).rejects.toMatchObject({
-    reason: "unsupported_schema",
+    failure: "unsupported_schema",
     message: "the Kweb file is a SQLite database without a Kweb schema",
   });
 
   const garbage = `${paths.dir}/garbage.sqlite`;
   writeFileSync(garbage, "this is not a database, it is a text file that is long enough to have a header".repeat(10));
   await expect(EmbeddedKwebManager.open({ databasePath: garbage, signingKeyPath: paths.signingKeyPath })).rejects.toMatchObject({
-    reason: "unsupported_schema",
+    failure: "unsupported_schema",
     message: "the Kweb file is not a SQLite database",
   });
 });

@@ -90,14 +90,14 @@ describe("the signing key file", () => {
       const garbage = new EmbeddedKwebManager({ databasePath: paths.databasePath, signingKeyPath: paths.signingKeyPath });
       const error = await garbage.ready().catch((e: unknown) => e);
       expect(error).toBeInstanceOf(KwebFailureError);
-      expect(error).toMatchObject({ reason: "signing_key_invalid", code: "internal" });
+      expect(error).toMatchObject({ failure: "signing_key_invalid", reason: "internal" });
       expect((error as Error).message).not.toContain(paths.dir);
       await garbage.close();
 
       const rsa = generateKeyPairSync("rsa", { modulusLength: 1024 }).privateKey.export({ type: "pkcs8", format: "pem" });
       writeFileSync(paths.signingKeyPath, rsa);
       const wrongKind = new EmbeddedKwebManager({ databasePath: paths.databasePath, signingKeyPath: paths.signingKeyPath });
-      await expect(wrongKind.ready()).rejects.toMatchObject({ reason: "signing_key_invalid", message: expect.stringContaining("not an Ed25519 key") });
+      await expect(wrongKind.ready()).rejects.toMatchObject({ failure: "signing_key_invalid", message: expect.stringContaining("not an Ed25519 key") });
       await wrongKind.close();
     } finally {
       paths.remove();

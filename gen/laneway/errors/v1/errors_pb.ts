@@ -56,8 +56,11 @@ export type ErrorDetail = Message<"laneway.errors.v1.ErrorDetail"> & {
   reason: string;
 
   /**
-   * The Laneway core that produced the error: `lanes`, `swarm`, `kmap`, or
-   * `server` for authentication, validation and capabilities not built yet.
+   * The error domain: the core whose service was called (`lanes` for
+   * LaneService, `swarm` for the hive services, `kmap` for the Kmap
+   * services), also when the call failed before reaching the core
+   * (authentication, validation, a capability not built yet); `server` for
+   * what no core owns: health, reflection, and a route that does not exist.
    *
    * @generated from field: string domain = 2;
    */

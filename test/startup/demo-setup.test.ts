@@ -3,18 +3,9 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, symlinkSync, wr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import {
-  DEMO_LANES_CONFIG,
-  DemoSetupError,
-  ensureDemoSetup,
-  EnvFileError,
-  formatEnvFile,
-  LanesConfigError,
-  loadStartupConfig,
-  parseEnvFile,
-  parseLanesConfig,
-  readEnvFile,
-} from "../../src/config/index.js";
+import { EnvFileError, formatEnvFile, parseEnvFile, readEnvFile } from "../../src/config/index.js";
+import { exampleLanesConfig, LanesConfigError, parseLanesConfig } from "../../src/lanes/index.js";
+import { DEMO_LANES_CONFIG, DemoSetupError, ensureDemoSetup, loadStartupConfig } from "../../src/startup/index.js";
 
 const work = mkdtempSync(join(tmpdir(), "laneway-demo-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -33,23 +24,7 @@ describe("ensureDemoSetup", () => {
     expect(mode(demo.tokensPath)).toBe(0o600);
 
     expect(JSON.parse(readFileSync(demo.lanesConfigPath, "utf8"))).toEqual(DEMO_LANES_CONFIG);
-    expect(JSON.parse(readFileSync(demo.lanesConfigPath, "utf8"))).toEqual({
-      namespace: "demo",
-      principals: [
-        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-      ],
-      lanes: [
-        {
-          id: "measurements",
-          owner: "atlas",
-          publishers: ["atlas", "beacon"],
-          subscribers: ["atlas", "beacon"],
-          groups: { summarizers: ["beacon"] },
-          recoverers: { summarizers: ["beacon"] },
-        },
-      ],
-    });
+    expect(JSON.parse(readFileSync(demo.lanesConfigPath, "utf8"))).toEqual(exampleLanesConfig({ namespace: "demo" }));
 
     const text = readFileSync(demo.tokensPath, "utf8");
     expect(text).toMatch(/^ATLAS_LANE_TOKEN=[0-9a-f]{64}\nBEACON_LANE_TOKEN=[0-9a-f]{64}\nLANEWAY_ADMIN_TOKEN=[0-9a-f]{64}\n$/);

@@ -20,11 +20,11 @@ import { parseSubmission } from "./submission.js";
  * of failing at once on the read-to-write upgrade.
  *
  * SQLite's own error text can hold file paths, so failures become
- * LaneStorageError with a fixed message and the original as `cause`.
+ * CommandStoreError with a fixed message and the original as `cause`.
  */
 
 /** A failure of the lane's SQLite database. The runtime ends on it. */
-export class LaneStorageError extends KmapError {
+export class CommandStoreError extends KmapError {
   constructor(action: string, cause: unknown) {
     super("internal", `the command lane database failed while ${action}`, { cause });
   }
@@ -62,7 +62,7 @@ interface Change {
   readonly error?: CommandFailure | undefined;
 }
 
-export class LaneStore {
+export class CommandStore {
   readonly #db: SqliteDatabase;
   readonly #statements: {
     byId: Statement<[string], CommandRow>;
@@ -89,7 +89,7 @@ export class LaneStore {
       this.#migrate();
     } catch (error) {
       if (error instanceof KmapError) throw error;
-      throw new LaneStorageError("opening", error);
+      throw new CommandStoreError("opening", error);
     }
     const columns = "c.sequence, c.idempotency_id, c.submission, c.state, c.submitted_at, c.attempts, c.next_attempt_at, c.transaction_id, c.created_node_id, c.error_code, c.error_message, c.updated_at";
     const eventColumns =
@@ -168,7 +168,7 @@ export class LaneStore {
       return body();
     } catch (error) {
       if (error instanceof KmapError) throw error;
-      throw new LaneStorageError(action, error);
+      throw new CommandStoreError(action, error);
     }
   }
 

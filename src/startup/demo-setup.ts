@@ -35,31 +35,21 @@
 import { randomBytes } from "node:crypto";
 import { chmod, link, lstat, mkdir, open, unlink } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { ADMIN_TOKEN_ENV } from "./lanes-config.js";
-import { formatEnvFile, readEnvFile } from "./env-file.js";
-import { DemoSetupError, EnvFileError } from "./errors.js";
+import { formatEnvFile, readEnvFile } from "../config/env-file.js";
+import { ConfigError, EnvFileError } from "../config/errors.js";
+import { ADMIN_TOKEN_ENV } from "../config/tokens.js";
+import { EXAMPLE_LANES_CONFIG } from "../lanes/index.js";
+
+/** The demo files under the data directory cannot be created or safely reused. */
+export class DemoSetupError extends ConfigError {
+  override readonly name = "DemoSetupError";
+}
 
 export const DEMO_LANES_FILE = "lanes.json";
 export const DEMO_TOKENS_FILE = "tokens.env";
 
-/** The specification's example lane, without a `url`, so the embedded server is used. */
-export const DEMO_LANES_CONFIG = Object.freeze({
-  namespace: "demo",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
-  lanes: [
-    {
-      id: "measurements",
-      owner: "atlas",
-      publishers: ["atlas", "beacon"],
-      subscribers: ["atlas", "beacon"],
-      groups: { summarizers: ["beacon"] },
-      recoverers: { summarizers: ["beacon"] },
-    },
-  ],
-});
+/** The specification's example lanes configuration in namespace `demo`, on the embedded nats-server. */
+export const DEMO_LANES_CONFIG = Object.freeze({ ...EXAMPLE_LANES_CONFIG, namespace: "demo" });
 
 /** The variables tokens.env must define, in the order they are written. */
 export const DEMO_TOKEN_VARIABLES = Object.freeze(["ATLAS_LANE_TOKEN", "BEACON_LANE_TOKEN", ADMIN_TOKEN_ENV] as const);

@@ -3,17 +3,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { inspect } from "node:util";
 import { afterAll, describe, expect, test } from "vitest";
+import { Secret } from "../../src/config/index.js";
 import {
-  DEMO_LANES_CONFIG,
+  exampleLanesConfig,
   laneCapabilities,
   LanesConfigError,
   loadLanesConfig,
   parseLanesConfig,
   projectCapabilities,
-  Secret,
   serializeRegistry,
   type LanesConfig,
-} from "../../src/config/index.js";
+} from "../../src/lanes/index.js";
+import { DEMO_LANES_CONFIG } from "../../src/startup/index.js";
 import { Authenticator } from "../../src/server/auth.js";
 
 // Distinct, valid tokens (>= 32 bytes). Every failing case runs with these
@@ -44,25 +45,7 @@ const SECRETS = [ATLAS, BEACON, ADMIN, CREDS_PATH_MARKER, "pw-in-url"];
 type Json = Record<string, unknown>;
 
 /** The specification's example, without url/credentials_env. */
-function base(): Json {
-  return {
-    namespace: "commons",
-    principals: [
-      { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-      { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-    ],
-    lanes: [
-      {
-        id: "measurements",
-        owner: "atlas",
-        publishers: ["atlas", "beacon"],
-        subscribers: ["atlas", "beacon"],
-        groups: { summarizers: ["beacon"] },
-        recoverers: { summarizers: ["beacon"] },
-      },
-    ],
-  };
-}
+const base = (): Json => exampleLanesConfig();
 
 const lane0 = (c: Json): Json => (c.lanes as Json[])[0] as Json;
 const principal = (c: Json, i: number): Json => (c.principals as Json[])[i] as Json;

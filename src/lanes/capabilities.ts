@@ -7,7 +7,7 @@
  * recoverers may run explicit gap recovery on that group. Ownership alone
  * grants nothing; it is reported so the registry can show it.
  */
-import type { LaneDefinition, LanesConfig } from "./lanes-config.js";
+import type { LaneDefinition, LanesConfig } from "./types.js";
 
 export interface LaneCapabilities {
   readonly lane: string;

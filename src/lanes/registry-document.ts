@@ -18,8 +18,8 @@
  * `version` identifies this serialization, so a future format change is
  * detectable instead of silently looking like a new generation.
  */
-import { formatGoDuration, millisToNanos } from "./duration.js";
-import type { LanesConfig } from "./lanes-config.js";
+import { formatGoDuration, millisToNanos } from "../config/duration.js";
+import type { LanesConfig } from "./types.js";
 import { canonicalJson, type Json } from "../encoding/canonical-json.js";
 
 export const REGISTRY_FORMAT_VERSION = 1;

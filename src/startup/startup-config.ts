@@ -12,10 +12,10 @@
  * `process.env` is never modified; variables already in `env` win over the
  * demo file's.
  */
+import type { Env } from "../config/env-name.js";
+import { loadServerConfig, type ServerConfig, type ServerConfigOptions } from "../config/server-config.js";
+import { loadLanesConfig, type LanesConfig } from "../lanes/index.js";
 import { ensureDemoSetup, type DemoSetup } from "./demo-setup.js";
-import type { Env } from "./env-name.js";
-import { loadLanesConfig, type LanesConfig } from "./lanes-config.js";
-import { loadServerConfig, type ServerConfig, type ServerConfigOptions } from "./server-config.js";
 
 export interface StartupConfig {
   readonly server: ServerConfig;

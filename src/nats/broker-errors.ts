@@ -1,5 +1,5 @@
 /**
- * Typed errors of Laneway's NATS layer, and the one place that turns
+ * Typed errors of broker calls, and the one place that turns
  * whatever nats.js throws into them.
  *
  * Why a classifier: the cores (lanes, swarm) must decide between "the broker
@@ -350,71 +350,4 @@ function isSocketError(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const code = (err as NodeJS.ErrnoException).code;
   return typeof code === "string" && /^E(CONN|PIPE|HOSTUNREACH|NETUNREACH|TIMEDOUT|ADDR)/.test(code);
-}
-
-// ---------------------------------------------------------------------------
-// Embedded nats-server process errors. These describe Laneway's own child
-// process, not a call, so they are not NatsFailures. Their messages never
-// include the server's log; the last log lines are kept in `logTail` for an
-// operator's diagnostics (they may contain addresses and paths: do not send
-// them to RPC callers).
-
-/** Base class of errors about the embedded nats-server process. */
-export abstract class EmbeddedServerError extends LanewayNatsError {}
-
-/** The nats-server binary is not installed (or not executable) where Laneway looks. */
-export class NatsServerNotInstalledError extends EmbeddedServerError {
-  override readonly name = "NatsServerNotInstalledError";
-
-  constructor(
-    /** The path or command name that was looked up. */
-    readonly binary: string,
-    options?: ErrorOptions,
-  ) {
-    super(
-      "nats-server is not installed: install it with `apt-get install -y nats-server` (or set LANEWAY_NATS_SERVER_BIN to its path)",
-      options,
-    );
-  }
-}
-
-/** `nats-server -t` rejected the generated configuration (e.g. a bad extra config snippet). */
-export class EmbeddedServerConfigError extends EmbeddedServerError {
-  override readonly name = "EmbeddedServerConfigError";
-
-  constructor(
-    readonly configPath: string,
-    readonly logTail: readonly string[],
-  ) {
-    super("nats-server rejected the embedded server configuration");
-  }
-}
-
-/** The embedded nats-server exited before it became ready. */
-export class EmbeddedServerExitedError extends EmbeddedServerError {
-  override readonly name = "EmbeddedServerExitedError";
-
-  constructor(
-    readonly exitCode: number | null,
-    readonly signal: NodeJS.Signals | null,
-    readonly logTail: readonly string[],
-    options?: ErrorOptions,
-  ) {
-    super(
-      `nats-server exited before it became ready (${signal === null ? `exit code ${exitCode ?? "unknown"}` : `signal ${signal}`})`,
-      options,
-    );
-  }
-}
-
-/** The embedded nats-server did not become ready before the startup deadline (it has been killed). */
-export class EmbeddedServerStartTimeoutError extends EmbeddedServerError {
-  override readonly name = "EmbeddedServerStartTimeoutError";
-
-  constructor(
-    readonly timeoutMs: number,
-    readonly logTail: readonly string[],
-  ) {
-    super(`nats-server did not become ready within ${timeoutMs} ms`);
-  }
 }

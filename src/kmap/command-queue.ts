@@ -2,7 +2,7 @@ import type { Clock } from "./clock.js";
 import type { ChangeFeed } from "./change-feed.js";
 import type { CommandEvent, CommandRecord, CommandState } from "./command-record.js";
 import { KmapError } from "./errors.js";
-import type { LaneStore } from "./lane-store.js";
+import type { CommandStore } from "./command-store.js";
 import { validateSubmission, type Submission } from "./submission.js";
 
 /** What `submit` returns. */
@@ -23,7 +23,8 @@ interface PendingSubmission {
 }
 
 /**
- * The single submission lane for administrator Kmap commands.
+ * The single submission queue for administrator Kmap commands (the
+ * specification's "command lane").
  *
  * `submit` validates, commits a Queued record to SQLite and only then wakes
  * the runtime and answers; an exact repeat returns the original record and
@@ -35,11 +36,11 @@ interface PendingSubmission {
  * submission order; `page` and `watch` read the same table and change log,
  * so callers need no second status store.
  */
-export class CommandLane {
+export class CommandQueue {
   #pending: PendingSubmission[] = [];
 
   constructor(
-    private readonly store: LaneStore,
+    private readonly store: CommandStore,
     private readonly feed: ChangeFeed,
     private readonly clock: Clock,
     private readonly wakeRuntime: () => void,

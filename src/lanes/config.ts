@@ -22,173 +22,18 @@
  *   names, so even a token pasted into the wrong field is not echoed.
  */
 import { open } from "node:fs/promises";
-import { resolveCredentialsFile } from "./credentials-file.js";
-import { formatGoDuration, HOUR, MILLISECOND, MINUTE, nanosToMillis, parseGoDuration, SECOND } from "./duration.js";
-import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "./env-name.js";
-import { DurationError, LanesConfigError } from "./errors.js";
-import { FrozenMap } from "./frozen-map.js";
-import { parseNatsServers } from "./nats-url.js";
-import { Secret } from "./secret.js";
-import { serializeRegistry } from "./registry.js";
-
-/** Fixed limits from the lanes specification ("Bounds and failure behavior"). */
-export const LANES_LIMITS = Object.freeze({
-  /** The configuration file, in bytes (1 MiB). */
-  maxFileBytes: 1_048_576,
-  /** The serialized registry (`serializeRegistry`), in bytes (512 KiB). */
-  maxRegistryBytes: 524_288,
-  maxPrincipals: 64,
-  maxLanes: 64,
-  maxGroupsPerLane: 64,
-  /** Per capability list (publishers, subscribers) and per group (members, recoverers). */
-  maxMembers: 64,
-  /** Identifiers (namespace, project, lane, group), in characters. */
-  maxIdentifierLength: 64,
-  /** Project tokens, in UTF-8 bytes. */
-  minTokenBytes: 32,
-  maxTokenBytes: 4_096,
-});
-
-/**
- * Bearer tokens travel in an HTTP header as `Authorization: Bearer <token>`:
- * a space, a control character or a non-ASCII byte would make the token
- * impossible to present, so tokens are visible ASCII only.
- */
-export const TOKEN_CHARACTERS = /^[\x21-\x7e]*$/;
-
-/** Lane, project, group and namespace ids: plain identifiers, as in the specification. */
-export const IDENTIFIER_PATTERN = /^[a-z][a-z0-9_-]*$/;
-const IDENTIFIER_RULE = "^[a-z][a-z0-9_-]*$";
-
-/** The operator token; project tokens must differ from it. */
-export const ADMIN_TOKEN_ENV = "LANEWAY_ADMIN_TOKEN";
-
-/** A project that can authenticate to lanes. Its token is in `LanesConfig.tokens`. */
-export interface LanePrincipal {
-  readonly project: string;
-  /** Name of the environment variable the token was read from (not the token). */
-  readonly tokenEnv: string;
-}
-
-/**
- * One lane and its explicit capability lists. Ownership alone grants
- * nothing: publishing, event subscription, work consumption (group
- * membership) and recovery are each granted only by their own list.
- *
- * `groups` and `recoverers` are Maps (group id → projects) so lookups need
- * no prototype-safety care; they keep the file's order and are frozen.
- */
-export interface LaneDefinition {
-  readonly id: string;
-  readonly owner: string;
-  readonly publishers: readonly string[];
-  readonly subscribers: readonly string[];
-  /** Work group id → member projects (who may claim, ack, nack and renew). */
-  readonly groups: ReadonlyMap<string, readonly string[]>;
-  /** Work group id → projects that may recover the group; each is also a member of it. */
-  readonly recoverers: ReadonlyMap<string, readonly string[]>;
-}
-
-/**
- * Delivery and retention bounds. Durations are whole milliseconds: the
- * parsed nanoseconds are truncated toward zero (every bound's limits are
- * whole milliseconds, so truncation never moves a value out of range), and
- * `ms * 1e6` is exact in a double, for JetStream's nanosecond fields.
- */
-export interface LaneBounds {
-  /** Work lease length. */
-  readonly leaseMs: number;
-  /** Live leases per group. */
-  readonly maxPending: number;
-  /** Deliveries a group ledger tracks. */
-  readonly maxLedger: number;
-  /** First NACK retry delay; doubled per attempt. */
-  readonly retryDelayMs: number;
-  /** Cap of the doubled retry delay. */
-  readonly maxRetryDelayMs: number;
-  /** How long acknowledgements stay idempotent (and recovery history is kept). */
-  readonly ackRetentionMs: number;
-  /** Stream max_age; also bounds publish reservations. */
-  readonly retentionMs: number;
-  /** JetStream duplicate window. */
-  readonly duplicateWindowMs: number;
-  /** Per-lane stream max_msgs. */
-  readonly maxRecords: number;
-  /** Per-lane stream max_bytes. */
-  readonly maxBytes: number;
-  /** Largest publish payload, in bytes. */
-  readonly maxPayload: number;
-  /** Deadline of every broker operation. */
-  readonly operationTimeoutMs: number;
-}
-
-/** A separate broker for lanes (`url` in the file). */
-export interface LanesBroker {
-  /** Server URLs, validated: nats:// or tls://, no user info. */
-  readonly servers: readonly string[];
-  /** The variable that named the credentials file, if any. */
-  readonly credentialsEnv: string | undefined;
-  /** Absolute path of the NATS credentials file, if any; checked to exist and be readable. */
-  readonly credentialsFile: string | undefined;
-}
-
-export interface LanesConfig {
-  readonly namespace: string;
-  /** A separate broker for lanes; `undefined` means lanes use Laneway's own NATS connection. */
-  readonly broker: LanesBroker | undefined;
-  readonly principals: readonly LanePrincipal[];
-  readonly lanes: readonly LaneDefinition[];
-  readonly bounds: LaneBounds;
-  /** Project id → its bearer token. Never serialized into the registry. */
-  readonly tokens: ReadonlyMap<string, Secret>;
-}
-
-type BoundKey =
-  | "lease"
-  | "max_pending"
-  | "max_ledger"
-  | "retry_delay"
-  | "max_retry_delay"
-  | "ack_retention"
-  | "retention"
-  | "duplicate_window"
-  | "max_records"
-  | "max_bytes"
-  | "max_payload"
-  | "operation_timeout";
-
-interface DurationBound {
-  readonly kind: "duration";
-  readonly fallback: bigint;
-  readonly min: bigint;
-  readonly max: bigint;
-}
-interface IntegerBound {
-  readonly kind: "integer";
-  readonly fallback: number;
-  readonly min: number;
-  readonly max: number;
-}
-
-/**
- * The bound table from the brief, in nanoseconds for durations. Dependent
- * defaults (max_pending, max_retry_delay, duplicate_window) are adjusted in
- * `readBounds` so that an omitted field never conflicts with a configured one.
- */
-export const LANE_BOUND_RULES: Readonly<Record<BoundKey, DurationBound | IntegerBound>> = Object.freeze({
-  lease: { kind: "duration", fallback: 30n * SECOND, min: SECOND, max: HOUR },
-  max_pending: { kind: "integer", fallback: 64, min: 1, max: 512 },
-  max_ledger: { kind: "integer", fallback: 256, min: 1, max: 512 },
-  retry_delay: { kind: "duration", fallback: SECOND, min: MILLISECOND, max: HOUR },
-  max_retry_delay: { kind: "duration", fallback: 5n * MINUTE, min: MILLISECOND, max: 24n * HOUR },
-  ack_retention: { kind: "duration", fallback: 24n * HOUR, min: SECOND, max: 720n * HOUR },
-  retention: { kind: "duration", fallback: 168n * HOUR, min: SECOND, max: 8760n * HOUR },
-  duplicate_window: { kind: "duration", fallback: 2n * MINUTE, min: SECOND, max: 24n * HOUR },
-  max_records: { kind: "integer", fallback: 1_000_000, min: 1, max: 1_000_000_000 },
-  max_bytes: { kind: "integer", fallback: 1_073_741_824, min: 1_048_576, max: 1_099_511_627_776 },
-  max_payload: { kind: "integer", fallback: 65_536, min: 1, max: 1_048_576 },
-  operation_timeout: { kind: "duration", fallback: 10n * SECOND, min: 10n * MILLISECOND, max: 5n * MINUTE },
-});
+import { resolveCredentialsFile } from "../config/credentials-file.js";
+import { formatGoDuration, nanosToMillis, parseGoDuration } from "../config/duration.js";
+import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "../config/env-name.js";
+import { DurationError } from "../config/errors.js";
+import { FrozenMap } from "../config/frozen-map.js";
+import { parseNatsServers } from "../config/nats-url.js";
+import { Secret } from "../config/secret.js";
+import { ADMIN_TOKEN_ENV, tokenProblem } from "../config/tokens.js";
+import { LanesConfigError } from "./errors.js";
+import { IDENTIFIER_PATTERN, IDENTIFIER_RULE, LANE_BOUND_RULES, LANES_LIMITS, type BoundKey, type DurationBound, type IntegerBound } from "./limits.js";
+import { serializeRegistry } from "./registry-document.js";
+import type { LaneBounds, LaneDefinition, LanePrincipal, LanesBroker, LanesConfig } from "./types.js";
 
 const BOUND_KEYS = Object.keys(LANE_BOUND_RULES) as BoundKey[];
 const TOP_LEVEL_FIELDS = new Set<string>(["url", "credentials_env", "namespace", "principals", "lanes", ...BOUND_KEYS]);
@@ -587,7 +432,6 @@ function readBound(root: Record<string, unknown>, key: BoundKey): bigint | numbe
 }
 
 function readTokens(principals: readonly LanePrincipal[], env: Env): ReadonlyMap<string, Secret> {
-  const { minTokenBytes, maxTokenBytes } = LANES_LIMITS;
   const tokens: Array<[string, Secret]> = [];
   for (const { project, tokenEnv } of principals) {
     const value = Object.hasOwn(env, tokenEnv) ? env[tokenEnv] : undefined;
@@ -595,15 +439,8 @@ function readTokens(principals: readonly LanePrincipal[], env: Env): ReadonlyMap
       throw new LanesConfigError(`lanes: the token of project ${project} (${tokenEnv}) is not set`, tokenEnv);
     }
     const secret = new Secret(value);
-    if (secret.byteLength < minTokenBytes || secret.byteLength > maxTokenBytes) {
-      throw new LanesConfigError(
-        `lanes: the token of project ${project} (${tokenEnv}) must be ${minTokenBytes} to ${maxTokenBytes} bytes, got ${secret.byteLength}`,
-        tokenEnv,
-      );
-    }
-    if (!TOKEN_CHARACTERS.test(value)) {
-      throw new LanesConfigError(`lanes: the token of project ${project} (${tokenEnv}) must be visible ASCII without spaces`, tokenEnv);
-    }
+    const problem = tokenProblem(secret);
+    if (problem !== undefined) throw new LanesConfigError(`lanes: the token of project ${project} (${tokenEnv}) ${problem}`, tokenEnv);
     tokens.push([project, secret]);
   }
   // Constant-time comparisons throughout; with at most 64 projects the

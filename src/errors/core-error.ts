@@ -1,0 +1,39 @@
+import { safeMessage } from "../log/safe-message.js";
+
+/**
+ * The error domains: the three cores, and `server` for what no core owns
+ * (health, reflection, a route that does not exist, a body that cannot be
+ * decoded before any service is known).
+ */
+export type ErrorDomain = "lanes" | "swarm" | "kmap" | "server";
+
+/**
+ * The one base class of every core's typed failures.
+ *
+ * A core error has two audiences, kept apart:
+ * - `message` and `reason` are for the caller: the message is written by
+ *   Laneway (fixed templates and identifiers, never a token, receipt,
+ *   credential, broker address, path or backend text) and the reason is the
+ *   specification's machine-readable code that peers switch on;
+ * - `cause` is for the log only: the driver, socket or SQLite error behind
+ *   the failure. The logger reduces it to its class name and code; it is
+ *   never sent to a caller.
+ *
+ * The server turns a core error into a Connect error by looking its reason
+ * up in one table (src/server/error-mapping.ts); no other code decides which
+ * status a reason gets.
+ */
+export abstract class CoreError<R extends string = string> extends Error {
+  /** The core that raised it; sent to callers in ErrorDetail.domain. */
+  abstract readonly domain: ErrorDomain;
+  readonly [safeMessage] = true as const;
+
+  constructor(
+    /** The specification's reason code, e.g. `lane_conflict` or `invalid_input`. */
+    readonly reason: R,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}

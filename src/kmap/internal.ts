@@ -1,0 +1,9 @@
+/**
+ * What the server's fault injection, the tests and the benchmarks may use
+ * beyond the Kmap core's public surface (index.ts): the pause point names,
+ * and the queue and store without the embedded Kweb around them.
+ */
+export { KMAP_PAUSE_POINTS, type KmapPausePoint } from "./pause-point-names.js";
+export { openCommandQueue, type OpenedCommandQueue } from "./open-command-queue.js";
+export { CommandStore, CommandStoreError } from "./command-store.js";
+export { ChangeFeed } from "./change-feed.js";

@@ -1,0 +1,117 @@
+import type { DescService } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { Secret } from "../config/index.js";
+import type { ErrorDomain } from "../errors/core-error.js";
+import type { PausePoints } from "../fault-injection/pause-points.js";
+import type { Logger } from "../log/logger.js";
+import type { BrokerConnection } from "../nats/index.js";
+import type { StartupConfig } from "../startup/index.js";
+
+/**
+ * The contract between the server and a core.
+ *
+ * Each core (lanes, swarm, kmap) is a library in its own folder that knows
+ * nothing of Connect or HTTP. A binding, one file per core in
+ * src/server/cores/, says what the server needs to serve it: the services it
+ * offers and the principal each requires, its error domain, and how to open
+ * it. Authentication, error mapping, health, reflection and shutdown loop
+ * over the list of bindings (src/server/cores/index.ts), so adding a core is
+ * its folder, its binding and one entry in that list — the way connect-es
+ * keeps its protocols in one list of handler factories.
+ */
+
+/**
+ * Who may call a service: a project token, the operator token, a hive
+ * member's invite secret, or anyone (health and reflection only).
+ */
+export type PrincipalKind = "project" | "operator" | "member";
+
+/** One service a core offers and the principal every call must present. */
+export interface ServiceRequirement {
+  readonly service: DescService;
+  readonly principal: PrincipalKind;
+}
+
+/**
+ * A core's error domain: the name sent in `ErrorDetail.domain`, and the
+ * reasons the core's specification uses for failures that do not come from
+ * the core itself (a request that breaks the contract, a cancellation, a
+ * deadline, the server shutting down). A failure without its own reason in
+ * the domain gets the shared one (`invalid_argument`, `canceled`, …).
+ */
+export interface ErrorDomainSpec {
+  readonly domain: ErrorDomain;
+  readonly fallbackReasons: Partial<Record<FallbackKind, string>>;
+}
+
+/** The kinds of failure a domain may give its own reason. */
+export type FallbackKind = "invalid" | "canceled" | "timeout" | "unavailable" | "capacity";
+
+/**
+ * How a core reports health. `serving` and `not_serving` count towards the
+ * server's overall status (`""`); `off` reports NOT_SERVING for the name but
+ * leaves the overall status alone (a core that is not configured, or not in
+ * this version).
+ */
+export interface HealthReporter {
+  set(name: string, state: "serving" | "not_serving" | "off"): void;
+}
+
+/** What a core may use while it opens. */
+export interface CoreContext {
+  readonly startup: StartupConfig;
+  /** A logger whose lines carry `core: <name>`. */
+  readonly log: Logger;
+  /** Laneway's NATS connection (embedded or external). */
+  readonly broker: BrokerConnection;
+  /** Aborted when shutdown begins: server streams (watches, follows) end cleanly. */
+  readonly drain: AbortSignal;
+  readonly health: HealthReporter;
+  /** Fault-injection pause points (tests only; see src/fault-injection). */
+  readonly pausePoints: PausePoints;
+}
+
+/** A service's handlers, type-checked against its descriptor by `implement`. */
+export interface ServiceImplementation {
+  readonly service: DescService;
+  readonly impl: Partial<ServiceImpl<DescService>>;
+}
+
+/** Pairs a service descriptor with its handlers. */
+export function implement<S extends DescService>(service: S, impl: ServiceImpl<S>): ServiceImplementation {
+  return { service, impl: impl as unknown as Partial<ServiceImpl<DescService>> };
+}
+
+/** Resolves a hive member's invite secret; provided by the swarm core. */
+export interface MemberSecretResolver {
+  resolveMember(secret: string): Promise<{ memberId: string } | undefined>;
+}
+
+/** An opened core, as the server runs it. */
+export interface OpenCore {
+  /** Handlers for every service the binding declares. */
+  readonly implementations: readonly ServiceImplementation[];
+  /**
+   * Settles with the error that ended the core at run time (the Kmap runtime
+   * failing, for example); the server then stops and exits non-zero so that
+   * a supervisor restarts it and recovery runs.
+   */
+  readonly fatal?: Promise<Error>;
+  /** Bearer tokens this core's configuration defines (the lanes' project tokens). */
+  readonly projectTokens?: ReadonlyMap<string, Secret>;
+  /** Resolves invite secrets of hive members (the swarm core). */
+  readonly members?: MemberSecretResolver;
+  /** Releases everything the core holds; called once, after in-flight calls ended. */
+  close(): Promise<void>;
+}
+
+/** A core as the server knows it before and after opening it. */
+export interface CoreBinding {
+  /** Short name for logs and shutdown steps (`kmap`). */
+  readonly name: string;
+  readonly errors: ErrorDomainSpec;
+  readonly services: readonly ServiceRequirement[];
+  /** Fault-injection pause point names the core may reach (tests only). */
+  readonly pausePoints?: readonly string[];
+  open(context: CoreContext): Promise<OpenCore>;
+}

@@ -1,0 +1,78 @@
+/**
+ * `laneway serve` for Kmap fault tests: a child process on an existing data
+ * directory that may pause before it listens.
+ */
+import { ClientPool, collectLines, spawnLaneway, type TestTokens } from "./laneway.js";
+import { pausedAt, processState } from "./pause-points.js";
+import { waitFor } from "./wait-for.js";
+/** `laneway serve` as a child process that may pause (SIGSTOP) before it listens. */
+export interface KmapProcess {
+  readonly pid: number;
+  readonly tokens: TestTokens;
+  readonly stdout: string[];
+  readonly stderr: string[];
+  /** The base URL; undefined when the process paused before listening. */
+  readonly url: string | undefined;
+  readonly clients: ClientPool;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Whether the process has exited (on its own or killed). */
+  hasExited(): boolean;
+  kill(signal?: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/**
+ * Like startLanewayProcess, on an existing data directory, without lanes,
+ * but it also returns when the process paused before listening: on a
+ * restart the runtime starts on the backlog right after the Kmap core
+ * opens, so a pause point can be reached before the listener is up (a kill
+ * during startup recovery is a scenario worth having).
+ */
+export async function startKmapProcess(options: { dataDir: string; tokens: TestTokens; pauseAt?: string | undefined }): Promise<KmapProcess> {
+  const args = ["serve", "--listen", "127.0.0.1:0", "--data-dir", options.dataDir, "--shutdown-timeout", "5s"];
+  const env: Record<string, string> = { LANEWAY_ADMIN_TOKEN: options.tokens.admin };
+  if (options.pauseAt) env.LANEWAY_PAUSE_AT = options.pauseAt;
+  const child = spawnLaneway(args, env);
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  collectLines(child.stdout!, stdout);
+  collectLines(child.stderr!, stderr);
+  let done = false;
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once("exit", (code, signal) => {
+      done = true;
+      resolve({ code, signal });
+    }),
+  );
+  const kill = (signal: NodeJS.Signals = "SIGTERM") => {
+    if (!done) child.kill(signal);
+    return exited;
+  };
+  let started: string;
+  try {
+    started = await waitFor(
+      async () => {
+        const line = stdout.find((l) => l.includes(" listening on "));
+        if (line) return line.slice(line.indexOf("http://"));
+        if (pausedAt({ pid: child.pid!, stdout }) && (await processState(child.pid!)) === "T") return "paused";
+        return done ? "exited" : undefined;
+      },
+      { timeoutMs: 60_000, what: "laneway to listen or pause" },
+    );
+  } catch (error) {
+    await kill("SIGKILL");
+    throw error;
+  }
+  if (started === "exited") throw new Error(`laneway exited before listening: ${stderr.join("\n")}`);
+  const listening = started === "paused" ? undefined : started;
+  return {
+    pid: child.pid!,
+    tokens: options.tokens,
+    stdout,
+    stderr,
+    url: listening,
+    clients: new ClientPool(() => listening!),
+    exited,
+    hasExited: () => done,
+    kill,
+  };
+}
