@@ -4,6 +4,7 @@ import { promisify } from "node:util";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { KmapCommandService } from "../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import { runCli } from "../src/cli/main.js";
 import { repoRoot, startLanewayInProcess, type InProcessLaneway } from "./helpers/laneway.js";
 import { waitFor } from "./helpers/wait-for.js";
 
@@ -76,7 +77,7 @@ test("usage mistakes exit 2 without echoing arguments", async () => {
   expect(unknownOption.stderr).not.toContain("secret-value");
   const missing = await cli(["lanes", "claim", "measurements"]);
   expect(missing.code).toBe(2);
-  expect(missing.stderr).toContain("usage: laneway lanes claim <lane> <group>");
+  expect(missing.stderr).toContain("usage:\n  laneway lanes claim <lane> <group>");
   const unknownCommand = await cli(["lanes", "frobnicate"]);
   expect(unknownCommand.code).toBe(2);
 });
@@ -175,4 +176,60 @@ test("submit --wait does not report success when the server ends the watch befor
     blocker.close();
     await own.stop();
   }
+});
+
+describe("help", () => {
+  async function help(argv: string[]): Promise<{ code: number; out: string }> {
+    let out = "";
+    const io = { env: {}, stdout: (t: string) => (out += t), stderr: (t: string) => (out += t), signal: new AbortController().signal };
+    const code = await runCli(argv, io);
+    return { code, out };
+  }
+
+  /** Readable: no line padded out to a long usage, and no trailing spaces. */
+  function expectReadable(text: string): void {
+    for (const line of text.split("\n")) {
+      expect(line.length, line).toBeLessThanOrEqual(140);
+      expect(line, "a line ends in spaces").toBe(line.trimEnd());
+    }
+  }
+
+  test("laneway --help lists every command and group, aligned", async () => {
+    const { code, out } = await help(["--help"]);
+    expect(code).toBe(0);
+    expectReadable(out);
+    const rows = out.split("\n").filter((l) => l.startsWith("  laneway "));
+    expect(rows.map((l) => l.split(/\s+/)[2])).toEqual(["serve", "version", "health", "lanes", "hive", "kmap"]);
+    const summaryColumns = new Set(rows.map((l) => (/^ {2}laneway .*? {2,}\S/.exec(l)?.[0].length ?? 0) - 1));
+    expect(summaryColumns.size).toBe(1);
+  });
+
+  test("laneway serve --help names every flag with its variable, and exits 0", async () => {
+    const { code, out } = await help(["serve", "--help"]);
+    expect(code).toBe(0);
+    for (const flag of ["--listen", "--data-dir", "--nats-url", "--replicas", "--lanes-config", "--demo", "--max-request-bytes", "--max-connections", "--headers-timeout", "--request-timeout", "--idle-timeout"]) {
+      expect(out).toContain(flag);
+    }
+    expect(out).toContain("LANEWAY_MAX_REQUEST_BYTES");
+  });
+
+  test.each(["lanes", "hive", "kmap"])("every %s command answers --help, and so does the group", async (group) => {
+    const groupHelp = await help([group, "--help"]);
+    expect(groupHelp.code).toBe(0);
+    expectReadable(groupHelp.out);
+    const names = groupHelp.out.split("\n").filter((l) => l.startsWith(`  laneway ${group} `)).map((l) => l.split(/\s+/)[3]!);
+    expect(names.length).toBeGreaterThan(3);
+    for (const name of names) {
+      const one = await help([group, name, "--help"]);
+      expect(one.code, name).toBe(0);
+      expect(one.out.startsWith(`usage:\n  laneway ${group} ${name}`), one.out).toBe(true);
+      expectReadable(one.out);
+    }
+  });
+
+  test("laneway health --help", async () => {
+    const { code, out } = await help(["health", "--help"]);
+    expect(code).toBe(0);
+    expect(out).toContain("usage: laneway health [service]");
+  });
 });

@@ -90,7 +90,7 @@ function commandOf(operation: string | undefined, args: readonly string[], value
 
 const submit: CommandSpec = {
   name: "submit",
-  usage: `submit <operation> ... [--id ID] [--expect NODE=TRANSACTION]... [--wait]\n    operations: ${operationUsage.join("\n                ")}`,
+  usage: `submit <operation> ... [--id ID] [--expect NODE=TRANSACTION]... [--wait]\noperations:\n${operationUsage.map((u) => `  ${u}`).join("\n")}`,
   summary: "queue a command; --wait follows it to Committed or Failed",
   async run(args, io) {
     const { values, positionals: rest } = parseCommand(args, {

@@ -1,6 +1,6 @@
 import { ConnectError } from "@connectrpc/connect";
 import { describeFailure, OutcomeError, UsageError, type CliIo } from "./command.js";
-import { clientHelp, groupUsage, type CommandGroup } from "./command-group.js";
+import { clientHelp, commandUsage, groupUsage, type CommandGroup } from "./command-group.js";
 import { healthCommand } from "./health-command.js";
 import { hiveCommands } from "./hive-commands.js";
 import { kmapCommands } from "./kmap-commands.js";
@@ -18,15 +18,19 @@ import { lanewayVersion } from "./version.js";
 
 const groups: readonly CommandGroup[] = [lanesCommands, hiveCommands, kmapCommands];
 
-const usage = `laneway ${"<command>"}
+const topLevel: readonly (readonly [string, string])[] = [
+  ["serve [flags]", "run the server (laneway serve --help lists its flags)"],
+  ["version", "print the version"],
+  [healthCommand.usage, healthCommand.summary],
+  ...groups.map((g) => [`${g.name} <command>`, g.summary] as const),
+];
+const topWidth = Math.max(...topLevel.map(([u]) => u.length));
 
-  laneway serve [--listen HOST:PORT] [--data-dir DIR] [--nats-url URL] [--nats-credentials-env NAME]
-                [--replicas N] [--lanes-config FILE] [--demo] [--shutdown-timeout D] [--nats-server-bin PATH]
-  laneway version
-  laneway health [service]
-${groups.map((g) => `  laneway ${g.name} <command>   ${g.summary}`).join("\n")}
+const usage = `usage: laneway <command>
 
-Run 'laneway <group> --help' for a group's commands.
+${topLevel.map(([u, summary]) => `  laneway ${u.padEnd(topWidth)}  ${summary}`).join("\n")}
+
+Run 'laneway <group> --help' for a group's commands, 'laneway serve --help' for the server's flags.
 
 ${clientHelp}
 `;
@@ -48,6 +52,10 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       case "serve":
         return await serveCommand(rest, io);
       case "health":
+        if (rest.includes("--help") || rest.includes("-h")) {
+          io.stdout(`usage: laneway ${healthCommand.usage}\n  ${healthCommand.summary}\n\n${clientHelp}\n`);
+          return 0;
+        }
         await healthCommand.run(rest, io);
         return 0;
     }
@@ -67,14 +75,14 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       return 2;
     }
     if (args.includes("--help") || args.includes("-h")) {
-      io.stdout(`usage: laneway ${group.name} ${spec.usage}\n  ${spec.summary}\n\n${clientHelp}\n`);
+      io.stdout(commandUsage(group, spec));
       return 0;
     }
     try {
       await spec.run(args, io);
     } catch (error) {
       if (error instanceof UsageError) {
-        io.stderr(`laneway: ${error.message}\nusage: laneway ${group.name} ${spec.usage}\n`);
+        io.stderr(`laneway: ${error.message}\n${commandUsage(group, spec)}`);
         return 2;
       }
       throw error;

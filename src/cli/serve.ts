@@ -1,4 +1,4 @@
-import { ConfigError } from "../config/index.js";
+import { ADMIN_TOKEN_ENV, ConfigError, serveHelp } from "../config/index.js";
 import { PAUSE_AT_ENV, pausePointsFromSetting } from "../fault-injection/pause-points.js";
 import { createLogger, safeErrorFields } from "../log/logger.js";
 import { EmbeddedServerError } from "../nats/index.js";
@@ -18,6 +18,10 @@ import { lanewayVersion } from "./version.js";
  * Diagnostics never print raw backend errors, broker addresses or secrets.
  */
 export async function serveCommand(args: readonly string[], io: CliIo): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    io.stdout(serveHelp());
+    return 0;
+  }
   const log = createLogger();
   let startup;
   let pausePoints;
@@ -50,10 +54,18 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     `  data directory: ${settings.dataDir}`,
     `  NATS: ${settings.natsServers ? "external server" : "embedded nats-server (JetStream store in the data directory)"}`,
     `  lanes: ${lanes ? `namespace ${lanes.namespace}, ${lanes.lanes.length} lane(s), ${lanes.principals.length} project(s)` : "off (no --lanes-config)"}`,
-    `  operator RPCs: ${settings.adminToken ? "enabled (LANEWAY_ADMIN_TOKEN)" : "disabled (LANEWAY_ADMIN_TOKEN is not set)"}`,
+    `  operator RPCs: ${
+      !settings.adminToken
+        ? "disabled (LANEWAY_ADMIN_TOKEN is not set)"
+        : demo && !demo.fromEnvironment.includes(ADMIN_TOKEN_ENV)
+          ? `enabled (LANEWAY_ADMIN_TOKEN from ${demo.tokensPath})`
+          : "enabled (LANEWAY_ADMIN_TOKEN from the environment)"
+    }`,
   ];
   if (demo) {
-    lines.push(`  demo tokens: ${demo.tokensPath} (load them with: set -a; . ${demo.tokensPath}; set +a)`);
+    const own = demo.fromEnvironment.length > 0 ? `; ${demo.fromEnvironment.join(", ")} come from the environment and are not in it` : "";
+    lines.push(`  demo tokens: ${demo.tokensPath} (load them with: set -a; . ${demo.tokensPath}; set +a${own})`);
+    if (demo.completed.length > 0) lines.push(`  demo tokens: ${demo.completed.join(", ")} were missing from the file and have been generated`);
     if (demo.repairedTokensMode) lines.push("  warning: the demo tokens file was readable by other users; its mode is now 0600");
   }
   io.stdout(lines.join("\n") + "\n");

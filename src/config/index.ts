@@ -27,9 +27,11 @@ export { resolveCredentialsFile, type CredentialsFileResult } from "./credential
 export {
   loadServerConfig,
   SERVER_DEFAULTS,
+  serveHelp,
   type ListenAddress,
   type ServerConfig,
   type ServerConfigOptions,
+  type WireLimits,
 } from "./server-config.js";
 export { formatEnvFile, parseEnvFile, readEnvFile } from "./env-file.js";
 export { FrozenMap } from "./frozen-map.js";

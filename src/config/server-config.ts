@@ -30,7 +30,7 @@ import { isIPv4, isIPv6 } from "node:net";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { resolveCredentialsFile } from "./credentials-file.js";
-import { formatGoDuration, MINUTE, nanosToMillis, parseGoDuration } from "./duration.js";
+import { formatGoDuration, MILLISECOND, MINUTE, nanosToMillis, parseGoDuration } from "./duration.js";
 import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "./env-name.js";
 import { ServerConfigError } from "./errors.js";
 import { parseNatsServers } from "./nats-url.js";
@@ -43,7 +43,36 @@ export const SERVER_DEFAULTS = Object.freeze({
   replicas: 1,
   shutdownTimeout: "10s",
   natsServerBin: "/usr/sbin/nats-server",
+  maxRequestBytes: 16 * 1024 * 1024,
+  maxConnections: 1024,
+  headersTimeout: "10s",
+  requestTimeout: "30s",
+  idleTimeout: "30s",
 });
+
+/**
+ * What every connection and request may cost, before and after
+ * authentication alike (docs/operations.md, "Limits for slow and hostile
+ * peers").
+ */
+export interface WireLimits {
+  /** The largest request message, after decompression; larger ones are refused as they stream in. */
+  readonly maxRequestBytes: number;
+  /** Open connections at once; past it the oldest connection that has not sent a request is dropped, or the new one refused. */
+  readonly maxConnections: number;
+  /** From a connection's (or request's) first byte until its request headers are complete. */
+  readonly headersTimeoutMs: number;
+  /** From a request's first byte until its whole body has arrived. */
+  readonly requestTimeoutMs: number;
+  /** How long an HTTP/2 session may stay without open streams, and a response write may stall on a peer that does not read. */
+  readonly idleTimeoutMs: number;
+}
+
+const WIRE_RANGES = {
+  maxRequestBytes: { min: 64 * 1024, max: 1024 * 1024 * 1024 },
+  maxConnections: { min: 8, max: 1_000_000 },
+  timeout: { min: 100n * MILLISECOND, max: 10n * MINUTE },
+};
 
 const MIN_REPLICAS = 1;
 const MAX_REPLICAS = 5;
@@ -78,6 +107,8 @@ export interface ServerConfig {
   readonly shutdownTimeoutMs: number;
   /** The operator token (Kmap command and hive hub RPCs); `undefined` disables those RPCs. */
   readonly adminToken: Secret | undefined;
+  /** Read limits and timeouts for every connection and request. */
+  readonly wire: WireLimits;
 }
 
 export interface ServerConfigOptions {
@@ -85,18 +116,43 @@ export interface ServerConfigOptions {
   readonly cwd?: string;
 }
 
-/** Flag name (without `--`) → its variable and parseArgs type. */
+/** Flag name (without `--`) → its variable, parseArgs type, value name and help text. */
 const SETTINGS = {
-  listen: { env: "LANEWAY_LISTEN", type: "string" },
-  "data-dir": { env: "LANEWAY_DATA_DIR", type: "string" },
-  "nats-url": { env: "LANEWAY_NATS_URL", type: "string" },
-  "nats-credentials-env": { env: "LANEWAY_NATS_CREDENTIALS_ENV", type: "string" },
-  replicas: { env: "LANEWAY_REPLICAS", type: "string" },
-  "lanes-config": { env: "LANEWAY_LANES_CONFIG", type: "string" },
-  demo: { env: "LANEWAY_DEMO", type: "boolean" },
-  "shutdown-timeout": { env: "LANEWAY_SHUTDOWN_TIMEOUT", type: "string" },
-  "nats-server-bin": { env: "LANEWAY_NATS_SERVER_BIN", type: "string" },
+  listen: { env: "LANEWAY_LISTEN", type: "string", value: "HOST:PORT", help: `loopback address to serve on (default ${SERVER_DEFAULTS.listen})` },
+  "data-dir": { env: "LANEWAY_DATA_DIR", type: "string", value: "DIR", help: `NATS store, SQLite files and demo files (default ${SERVER_DEFAULTS.dataDir})` },
+  "nats-url": { env: "LANEWAY_NATS_URL", type: "string", value: "URL", help: "an existing NATS server or cluster (comma-separated); default: start an embedded nats-server" },
+  "nats-credentials-env": { env: "LANEWAY_NATS_CREDENTIALS_ENV", type: "string", value: "NAME", help: "variable holding the path of a NATS .creds file (with --nats-url)" },
+  replicas: { env: "LANEWAY_REPLICAS", type: "string", value: "N", help: "replicas of every stream and KV bucket, 1 to 5 (above 1 needs --nats-url)" },
+  "lanes-config": { env: "LANEWAY_LANES_CONFIG", type: "string", value: "FILE", help: "the lanes configuration (lanes.json); without it lanes are off" },
+  demo: { env: "LANEWAY_DEMO", type: "boolean", value: "", help: "serve the demo: example lanes and generated tokens in <data dir>/tokens.env" },
+  "shutdown-timeout": { env: "LANEWAY_SHUTDOWN_TIMEOUT", type: "string", value: "D", help: `how long in-flight calls may finish on SIGTERM (default ${SERVER_DEFAULTS.shutdownTimeout})` },
+  "nats-server-bin": { env: "LANEWAY_NATS_SERVER_BIN", type: "string", value: "PATH", help: `nats-server for the embedded broker (default ${SERVER_DEFAULTS.natsServerBin})` },
+  "max-request-bytes": { env: "LANEWAY_MAX_REQUEST_BYTES", type: "string", value: "N", help: `largest request message, after decompression (default ${SERVER_DEFAULTS.maxRequestBytes})` },
+  "max-connections": { env: "LANEWAY_MAX_CONNECTIONS", type: "string", value: "N", help: `open connections at most (default ${SERVER_DEFAULTS.maxConnections})` },
+  "headers-timeout": { env: "LANEWAY_HEADERS_TIMEOUT", type: "string", value: "D", help: `time to send the request headers (default ${SERVER_DEFAULTS.headersTimeout})` },
+  "request-timeout": { env: "LANEWAY_REQUEST_TIMEOUT", type: "string", value: "D", help: `time to send a whole request (default ${SERVER_DEFAULTS.requestTimeout})` },
+  "idle-timeout": { env: "LANEWAY_IDLE_TIMEOUT", type: "string", value: "D", help: `idle HTTP/2 session, or a response the peer stops reading (default ${SERVER_DEFAULTS.idleTimeout})` },
 } as const;
+
+/** `laneway serve --help`: every flag with its variable and meaning, aligned. */
+export function serveHelp(): string {
+  const rows = Object.entries(SETTINGS).map(([name, s]) => [`--${name}${s.value ? ` ${s.value}` : ""}`, s.env, s.help] as const);
+  const flagWidth = Math.max(...rows.map((r) => r[0].length));
+  const envWidth = Math.max(...rows.map((r) => r[1].length));
+  return [
+    "usage: laneway serve [flags]",
+    "",
+    "Serves every Laneway service on one port until SIGTERM or SIGINT. Each flag",
+    "can also be set by its environment variable; the flag wins. Durations are Go",
+    "durations (10s, 1m30s). The operator token is read only from",
+    `${ADMIN_TOKEN_ENV} (command lines are visible in ps).`,
+    "",
+    ...rows.map(([flag, env, help]) => `  ${flag.padEnd(flagWidth)}  ${env.padEnd(envWidth)}  ${help}`),
+    "",
+    "Exit codes: 0 clean shutdown; 1 startup, runtime or shutdown failure; 2 configuration error.",
+    "",
+  ].join("\n");
+}
 
 type SettingName = keyof typeof SETTINGS;
 type StringSetting = { [K in SettingName]: (typeof SETTINGS)[K]["type"] extends "string" ? K : never }[SettingName];
@@ -181,6 +237,16 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     natsServers === undefined,
   );
   const adminToken = readAdminToken(env);
+  const wire: WireLimits = Object.freeze({
+    maxRequestBytes: parseCount(pick("max-request-bytes"), SERVER_DEFAULTS.maxRequestBytes, WIRE_RANGES.maxRequestBytes),
+    maxConnections: parseCount(pick("max-connections"), SERVER_DEFAULTS.maxConnections, WIRE_RANGES.maxConnections),
+    headersTimeoutMs: parseTimeout(pick("headers-timeout"), SERVER_DEFAULTS.headersTimeout),
+    requestTimeoutMs: parseTimeout(pick("request-timeout"), SERVER_DEFAULTS.requestTimeout),
+    idleTimeoutMs: parseTimeout(pick("idle-timeout"), SERVER_DEFAULTS.idleTimeout),
+  });
+  if (wire.headersTimeoutMs > wire.requestTimeoutMs) {
+    throw new ServerConfigError("--headers-timeout must be at most --request-timeout", "--headers-timeout");
+  }
 
   return Object.freeze({
     listen,
@@ -194,6 +260,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     demo,
     shutdownTimeoutMs,
     adminToken,
+    wire,
   });
 }
 
@@ -341,6 +408,31 @@ function parseShutdownTimeout(raw: Raw | undefined): number {
       `${raw.source} must be at most ${formatGoDuration(MAX_SHUTDOWN_TIMEOUT)}, got ${formatGoDuration(ns)}`,
       raw.source,
     );
+  }
+  return nanosToMillis(ns);
+}
+
+function parseCount(raw: Raw | undefined, fallback: number, range: { min: number; max: number }): number {
+  if (raw === undefined) return fallback;
+  if (!/^[0-9]{1,12}$/.test(raw.value)) throw new ServerConfigError(`${raw.source} must be an integer from ${range.min} to ${range.max}`, raw.source);
+  const n = Number(raw.value);
+  if (n < range.min || n > range.max) {
+    throw new ServerConfigError(`${raw.source} must be an integer from ${range.min} to ${range.max}, got ${n}`, raw.source);
+  }
+  return n;
+}
+
+function parseTimeout(raw: Raw | undefined, fallback: string): number {
+  if (raw === undefined) return nanosToMillis(parseGoDuration(fallback));
+  let ns: bigint;
+  try {
+    ns = parseGoDuration(raw.value);
+  } catch {
+    throw new ServerConfigError(`${raw.source} must be a Go duration such as "10s" or "1m30s"`, raw.source);
+  }
+  const { min, max } = WIRE_RANGES.timeout;
+  if (ns < min || ns > max) {
+    throw new ServerConfigError(`${raw.source} must be from ${formatGoDuration(min)} to ${formatGoDuration(max)}, got ${formatGoDuration(ns)}`, raw.source);
   }
   return nanosToMillis(ns);
 }

@@ -6,6 +6,8 @@ import type { LaneReason } from "../lanes/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { SwarmReason } from "../swarm/index.js";
 import type { ErrorDomainSpec, FallbackKind } from "./core-binding.js";
+import { problemError } from "./wire/node-adapter.js";
+import { requestProblemKey } from "./wire/request-body.js";
 
 /**
  * The one place where failures become Connect errors.
@@ -31,7 +33,8 @@ export type ServerReason =
   | "canceled"
   | "deadline_exceeded"
   | "unavailable"
-  | "resource_exhausted";
+  | "resource_exhausted"
+  | "message_too_large";
 
 export type Reason = LaneReason | KmapReason | SwarmReason | ServerReason;
 
@@ -68,6 +71,7 @@ const reasonCodes: Readonly<Record<Reason, Code>> = {
   deadline_exceeded: Code.DeadlineExceeded,
   unavailable: Code.Unavailable,
   resource_exhausted: Code.ResourceExhausted,
+  message_too_large: Code.ResourceExhausted,
 };
 
 /** The shared reason for a failure kind, when a domain names none of its own. */
@@ -109,6 +113,11 @@ function fallbackReason(spec: ErrorDomainSpec, code: Code): string {
   const kind = fallbackKinds[code];
   if (kind !== undefined) return spec.fallbackReasons[kind] ?? sharedFallbacks[kind];
   return sharedReasons[code] ?? "internal";
+}
+
+/** The invalid-request reason of a domain (`lane_invalid`, `invalid_input`, …). */
+export function invalidReason(spec: ErrorDomainSpec): string {
+  return fallbackReason(spec, Code.InvalidArgument);
 }
 
 /** Whether a ConnectError already carries an ErrorDetail. */
@@ -158,6 +167,9 @@ function isAbortError(error: unknown): boolean {
 export function errorMappingInterceptor(log: Logger, domainOf: (typeName: string) => ErrorDomainSpec): Interceptor {
   return (next) => async (req) => {
     const spec = domainOf(req.service.typeName);
+    // A Connect GET query the wire layer refused (see wire/node-adapter.ts).
+    const problem = req.contextValues.get(requestProblemKey);
+    if (problem !== undefined) throw problemError(problem, { domain: spec.domain, invalidReason: invalidReason(spec) });
     try {
       const res = await next(req);
       if (!res.stream) return res;

@@ -161,7 +161,9 @@ export function healthRoutes(router: ConnectRouter, health: HealthStatus): void 
     check(request) {
       const status = health.get(request.service);
       if (status === "SERVICE_UNKNOWN") {
-        throw new ConnectError(`unknown service ${JSON.stringify(request.service)}`, Code.NotFound);
+        // The name is the caller's input: never echo more than a readable prefix of it.
+        const name = request.service.length > 128 ? `${request.service.slice(0, 128)}…` : request.service;
+        throw new ConnectError(`unknown service ${JSON.stringify(name)}`, Code.NotFound);
       }
       return { status: HealthCheckResponse_ServingStatus[status] };
     },

@@ -2,8 +2,7 @@ import { setMaxListeners } from "node:events";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { file_laneway_errors_v1_errors } from "../../gen/laneway/errors/v1/errors_pb.js";
@@ -15,10 +14,11 @@ import { contractValidator } from "../validation/contract-validator.js";
 import { Authenticator, type ServiceAccess } from "./auth.js";
 import type { CoreBinding, MemberSecretResolver, OpenCore } from "./core-binding.js";
 import { coreBindings } from "./cores/index.js";
-import { errorMappingInterceptor, serverDomain } from "./error-mapping.js";
+import { errorMappingInterceptor, invalidReason, lanewayError, serverDomain } from "./error-mapping.js";
 import { HealthStatus, healthRoutes } from "./health.js";
 import { DualProtocolListener } from "./listener.js";
 import { reflectionRoutes } from "./reflection.js";
+import { lanewayNodeAdapter } from "./wire/node-adapter.js";
 
 /**
  * The Laneway server: one port serving every service over the Connect
@@ -219,14 +219,28 @@ export class LanewayServer {
         reflectionRoutes(router, [...served, Health], { files: [file_laneway_errors_v1_errors] });
       };
       const domainOf = (typeName: string) => access.get(typeName)?.errors ?? serverDomain;
-      const handler = connectNodeAdapter({
+      // Once shutdown has begun, a new call is refused before it executes;
+      // only calls already running may finish.
+      const gate = async (ctx: HandlerContext) => {
+        if (shutdown.signal.aborted || drain.signal.aborted) {
+          throw lanewayError("unavailable", "the server is shutting down: retry against another instance or after it restarts", domainOf(ctx.service.typeName).domain);
+        }
+        await authenticator.gate(ctx);
+      };
+      const handler = lanewayNodeAdapter({
         routes,
         interceptors: [errorMappingInterceptor(log, domainOf), createValidateInterceptor({ validator: contractValidator })],
-        requestGate: authenticator.gate,
+        requestGate: gate,
         shutdownSignal: shutdown.signal,
+        limits: server.wire,
+        log,
+        domainOf: (typeName) => {
+          const spec = domainOf(typeName);
+          return { domain: spec.domain, invalidReason: invalidReason(spec) };
+        },
       });
 
-      const listener = new DualProtocolListener(handler);
+      const listener = new DualProtocolListener(handler, server.wire);
       const address = await listener.listen(server.listen.host, server.listen.port);
       const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
       return new LanewayServer({

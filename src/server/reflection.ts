@@ -100,6 +100,9 @@ export function reflectionRoutes(
   });
 }
 
+/** The longest file or symbol name (and host) a request may name; longer ones are refused without being echoed. */
+const MAX_NAME_LENGTH = 1024;
+
 /** The `message_response` oneof of a v1 response, as an init shape. */
 type MessageResponse = NonNullable<MessageInitShape<typeof ResponseSchemaV1>["messageResponse"]>;
 
@@ -128,6 +131,14 @@ class ReflectionIndex {
 
   /** Answer one request of a stream; `sent` holds the file names already sent on it. */
   answer(request: ServerReflectionRequest, sent: Set<string>): ServerReflectionResponse {
+    const req = request.messageRequest;
+    // No real name is this long; answering with it would echo the input.
+    const named = req.case === "fileContainingExtension" ? req.value.containingType : typeof req.value === "string" ? req.value : "";
+    if (named.length > MAX_NAME_LENGTH || request.host.length > MAX_NAME_LENGTH) {
+      return create(ResponseSchemaV1, {
+        messageResponse: { case: "errorResponse", value: { errorCode: Code.InvalidArgument, errorMessage: `names are at most ${MAX_NAME_LENGTH} characters` } },
+      });
+    }
     const reply = (messageResponse: MessageResponse) =>
       create(ResponseSchemaV1, { validHost: request.host, originalRequest: request, messageResponse });
     const notFound = (message: string) =>
@@ -138,7 +149,6 @@ class ReflectionIndex {
         value: { fileDescriptorProto: this.#withDependencies(file, sent) },
       });
 
-    const req = request.messageRequest;
     switch (req.case) {
       case "listServices":
         return reply({

@@ -25,15 +25,19 @@
  *   Refusing to start would not undo an exposure that already happened,
  *   and a demo that stops working because of a `chmod` is worse than one
  *   that fixes it and says so;
- * - a file that lacks one of the three variables is refused with a hint
- *   to delete it, rather than being rewritten under the user.
+ * - a variable the environment sets itself is not written, and a different
+ *   value for it in an existing file is removed: the file never shows a
+ *   token the running server does not accept;
+ * - a variable missing from the file (and not set by the environment, for
+ *   example because an earlier start took it from there) is generated and
+ *   added, keeping every other line; `completed` says which.
  *
  * Files are created atomically and exclusively (written to a private
  * temporary file, then hard-linked into place), so two servers starting
  * at once agree on one set of tokens and never see a half-written file.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, link, lstat, mkdir, open, unlink } from "node:fs/promises";
+import { chmod, link, lstat, mkdir, open, rename, unlink } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { formatEnvFile, readEnvFile } from "../config/env-file.js";
 import { ConfigError, EnvFileError } from "../config/errors.js";
@@ -71,10 +75,23 @@ export interface DemoSetup {
   readonly created: { readonly lanesConfig: boolean; readonly tokens: boolean };
   /** tokens.env was accessible to group/other and has been reset to 0600; its tokens may have leaked. */
   readonly repairedTokensMode: boolean;
+  /**
+   * Demo variables the environment sets itself: tokens.env does not hold
+   * them (a stale value there was removed), so the file never shows a token
+   * the running server does not accept.
+   */
+  readonly fromEnvironment: readonly string[];
+  /** Variables an existing tokens.env lacked and that were generated into it now. */
+  readonly completed: readonly string[];
 }
 
-/** Create the demo files on first start; reuse (and check) them afterwards. */
-export async function ensureDemoSetup(dataDir: string): Promise<DemoSetup> {
+/**
+ * Create the demo files on first start; reuse (and check) them afterwards.
+ * Token variables that `environment` already sets are left out of
+ * tokens.env, and removed from an existing one whose value differs.
+ */
+export async function ensureDemoSetup(dataDir: string, environment: Readonly<Record<string, string | undefined>> = {}): Promise<DemoSetup> {
+  const fromEnvironment: readonly string[] = DEMO_TOKEN_VARIABLES.filter((name) => (environment[name] ?? "") !== "");
   const dir = resolve(dataDir);
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 });
@@ -91,7 +108,7 @@ export async function ensureDemoSetup(dataDir: string): Promise<DemoSetup> {
   let tokensCreated = false;
   if (!(await exists(tokensPath))) {
     const tokens: Record<string, string> = {};
-    for (const name of DEMO_TOKEN_VARIABLES) tokens[name] = randomBytes(32).toString("hex");
+    for (const name of DEMO_TOKEN_VARIABLES) if (!fromEnvironment.includes(name)) tokens[name] = randomBytes(32).toString("hex");
     tokensCreated = await createExclusive(tokensPath, formatEnvFile(tokens), 0o600);
   }
 
@@ -103,12 +120,13 @@ export async function ensureDemoSetup(dataDir: string): Promise<DemoSetup> {
     if (error instanceof EnvFileError) throw new DemoSetupError(`demo: ${DEMO_TOKENS_FILE}: ${error.message}`);
     throw error;
   }
-  for (const name of DEMO_TOKEN_VARIABLES) {
-    if (!Object.hasOwn(env, name) || env[name] === "") {
-      throw new DemoSetupError(
-        `demo: ${DEMO_TOKENS_FILE} does not define ${name}; delete ${tokensPath} to generate new demo tokens`,
-      );
-    }
+  const stale = fromEnvironment.filter((name) => Object.hasOwn(env, name) && env[name] !== environment[name]);
+  const completed = DEMO_TOKEN_VARIABLES.filter((name) => !fromEnvironment.includes(name) && (env[name] ?? "") === "");
+  if (stale.length > 0 || completed.length > 0) {
+    const kept: Record<string, string> = Object.fromEntries(Object.entries(env).filter(([name]) => !stale.includes(name)));
+    for (const name of completed) kept[name] = randomBytes(32).toString("hex");
+    await replaceFile(tokensPath, formatEnvFile(kept), 0o600);
+    env = Object.freeze(kept);
   }
   return Object.freeze({
     dataDir: dir,
@@ -117,6 +135,8 @@ export async function ensureDemoSetup(dataDir: string): Promise<DemoSetup> {
     env,
     created: Object.freeze({ lanesConfig: lanesCreated, tokens: tokensCreated }),
     repairedTokensMode,
+    fromEnvironment: Object.freeze([...fromEnvironment]),
+    completed: Object.freeze([...completed]),
   });
 }
 
@@ -147,6 +167,25 @@ async function createExclusive(path: string, content: string, mode: number): Pro
     throw new DemoSetupError(`demo: cannot create ${path} (${code(error)})`);
   } finally {
     await unlink(temp).catch(() => undefined);
+  }
+}
+
+/** Replace `path` atomically with `content` (a private temporary file renamed over it). */
+async function replaceFile(path: string, content: string, mode: number): Promise<void> {
+  const temp = `${path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
+  try {
+    const handle = await open(temp, "wx", mode);
+    try {
+      await handle.chmod(mode);
+      await handle.writeFile(content, "utf8");
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temp, path);
+  } catch (error) {
+    await unlink(temp).catch(() => undefined);
+    throw new DemoSetupError(`demo: cannot rewrite ${path} (${code(error)})`);
   }
 }
 

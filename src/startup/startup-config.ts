@@ -38,7 +38,7 @@ export async function loadStartupConfig(
   let merged: Env = env;
   let demo: DemoSetup | undefined;
   if (server.demo) {
-    demo = await ensureDemoSetup(server.dataDir);
+    demo = await ensureDemoSetup(server.dataDir, env);
     merged = Object.freeze({ ...demo.env, ...definedOnly(env) });
     server = loadServerConfig(argv, merged, options);
   }

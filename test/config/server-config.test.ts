@@ -47,6 +47,7 @@ describe("defaults", () => {
       demo: false,
       shutdownTimeoutMs: 10_000,
       adminToken: undefined,
+      wire: { maxRequestBytes: 16_777_216, maxConnections: 1024, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, idleTimeoutMs: 30_000 },
     });
     expect(Object.isFrozen(config)).toBe(true);
     expect(Object.isFrozen(config.listen)).toBe(true);
@@ -219,5 +220,23 @@ describe("accepted edge values", () => {
   test("operator token bounds are inclusive", () => {
     expect(load([], { LANEWAY_ADMIN_TOKEN: "x".repeat(32) }).adminToken?.byteLength).toBe(32);
     expect(load([], { LANEWAY_ADMIN_TOKEN: "x".repeat(4096) }).adminToken?.byteLength).toBe(4096);
+  });
+});
+
+describe("wire limits", () => {
+  test("flags and variables set the read limit, connection cap and timeouts", () => {
+    const config = load(["--max-request-bytes", "65536", "--headers-timeout", "2s", "--request-timeout", "5s"], { LANEWAY_MAX_CONNECTIONS: "64", LANEWAY_IDLE_TIMEOUT: "1m" });
+    expect(config.wire).toEqual({ maxRequestBytes: 65_536, maxConnections: 64, headersTimeoutMs: 2_000, requestTimeoutMs: 5_000, idleTimeoutMs: 60_000 });
+  });
+
+  test.each([
+    [["--max-request-bytes", "1000"], "--max-request-bytes must be an integer from 65536 to 1073741824, got 1000"],
+    [["--max-request-bytes", "lots"], "--max-request-bytes must be an integer from 65536 to 1073741824"],
+    [["--max-connections", "2"], "--max-connections must be an integer from 8 to 1000000, got 2"],
+    [["--idle-timeout", "1ms"], "--idle-timeout must be from 100ms to 10m0s, got 1ms"],
+    [["--request-timeout", "soon"], '--request-timeout must be a Go duration such as "10s" or "1m30s"'],
+    [["--headers-timeout", "20s", "--request-timeout", "10s"], "--headers-timeout must be at most --request-timeout"],
+  ])("%j is refused: %s", (argv, message) => {
+    expect(failure(argv).message).toBe(message);
   });
 });

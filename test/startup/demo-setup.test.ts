@@ -79,16 +79,17 @@ describe("ensureDemoSetup", () => {
     await expect(ensureDemoSetup(dir)).rejects.toThrow("must be a regular file, not a symlink or other file type");
   });
 
-  test("a tokens.env missing a variable is refused without echoing the file", async () => {
+  test("a tokens.env missing a variable gets it generated, keeping the other lines", async () => {
     const dir = freshDir();
     const first = await ensureDemoSetup(dir);
     writeFileSync(first.tokensPath, `ATLAS_LANE_TOKEN=${first.env.ATLAS_LANE_TOKEN}\n`, { mode: 0o600 });
-    const error = await ensureDemoSetup(dir).catch((e: unknown) => e);
-    expect(error).toBeInstanceOf(DemoSetupError);
-    expect((error as Error).message).toBe(
-      `demo: tokens.env does not define BEACON_LANE_TOKEN; delete ${first.tokensPath} to generate new demo tokens`,
-    );
-    expect((error as Error).message).not.toContain(first.env.ATLAS_LANE_TOKEN as string);
+    const second = await ensureDemoSetup(dir);
+    expect(second.completed).toEqual(["BEACON_LANE_TOKEN", "LANEWAY_ADMIN_TOKEN"]);
+    expect(second.env.ATLAS_LANE_TOKEN).toBe(first.env.ATLAS_LANE_TOKEN);
+    expect(second.env.BEACON_LANE_TOKEN).toMatch(/^[0-9a-f]{64}$/);
+    expect(second.env.BEACON_LANE_TOKEN).not.toBe(first.env.BEACON_LANE_TOKEN);
+    expect(parseEnvFile(readFileSync(first.tokensPath, "utf8"))).toEqual(second.env);
+    expect(mode(first.tokensPath)).toBe(0o600);
   });
 
   test("a malformed tokens.env is refused by line number only", async () => {
@@ -177,6 +178,36 @@ describe("loadStartupConfig", () => {
     expect(startup.lanes?.tokens.get("atlas")?.reveal()).toBe(mine);
     // An empty variable does not hide the file's value.
     expect(startup.lanes?.tokens.get("beacon")?.reveal()).toBe(startup.demo?.env.BEACON_LANE_TOKEN);
+  });
+
+  test("the demo never writes a token the server does not accept: an operator token from the environment stays out of tokens.env", async () => {
+    const cwd = join(work, `startup-${++counter}`);
+    const operator = "operator-token-from-the-environment-0123456789";
+    const startup = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: operator }, { cwd });
+    expect(startup.server.adminToken?.reveal()).toBe(operator);
+    expect(startup.demo?.fromEnvironment).toEqual(["LANEWAY_ADMIN_TOKEN"]);
+    const file = readFileSync(startup.demo!.tokensPath, "utf8");
+    expect(file).not.toContain("LANEWAY_ADMIN_TOKEN");
+    expect(Object.keys(parseEnvFile(file))).toEqual(["ATLAS_LANE_TOKEN", "BEACON_LANE_TOKEN"]);
+  });
+
+  test("a tokens.env holding another operator token than the environment's loses that line", async () => {
+    const cwd = join(work, `startup-${++counter}`);
+    const first = await loadStartupConfig(["--demo"], {}, { cwd });
+    const written = first.demo!.env;
+    expect(written.LANEWAY_ADMIN_TOKEN).toMatch(/^[0-9a-f]{64}$/);
+    const operator = "operator-token-from-the-environment-9876543210";
+    const second = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: operator }, { cwd });
+    expect(second.server.adminToken?.reveal()).toBe(operator);
+    const file = parseEnvFile(readFileSync(second.demo!.tokensPath, "utf8"));
+    expect(file).toEqual({ ATLAS_LANE_TOKEN: written.ATLAS_LANE_TOKEN, BEACON_LANE_TOKEN: written.BEACON_LANE_TOKEN });
+    expect(mode(second.demo!.tokensPath)).toBe(0o600);
+    // A later start without it in the environment generates a new operator token into the file, and uses it.
+    const third = await loadStartupConfig(["--demo"], {}, { cwd });
+    expect(third.demo?.completed).toEqual(["LANEWAY_ADMIN_TOKEN"]);
+    const after = parseEnvFile(readFileSync(third.demo!.tokensPath, "utf8"));
+    expect(third.server.adminToken?.reveal()).toBe(after.LANEWAY_ADMIN_TOKEN);
+    expect(after.LANEWAY_ADMIN_TOKEN).not.toBe(operator);
   });
 
   test("an operator token equal to a project token stops startup", async () => {

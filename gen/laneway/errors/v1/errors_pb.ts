@@ -41,8 +41,12 @@ export type ErrorDetail = Message<"laneway.errors.v1.ErrorDetail"> & {
    * deadline_exceeded). Every core: `unauthorized` (401, unauthenticated) for
    * a missing or unknown credential, `forbidden` (403, permission_denied) for
    * a credential of the wrong kind, `unimplemented` for a capability that is
-   * not built yet, `internal` for an unexpected failure (details are logged,
-   * never returned). A request that breaks the contract's validation rules
+   * not built yet, a method that does not exist or a request encoding that is
+   * not accepted, `message_too_large` (resource_exhausted) for a request
+   * message over the server's read limit, `internal` for an unexpected failure
+   * (details are logged, never returned). A request body that cannot be
+   * decoded as the method's message carries the invalid reason of the
+   * service's core. A request that breaks the contract's validation rules
    * carries the invalid reason of the service's core (`lane_invalid`,
    * `invalid_input`, `swarm_invalid`) next to protovalidate's
    * `buf.validate.Violations` detail. Kmap: `invalid_input` (invalid_argument), `conflict`

@@ -1,0 +1,220 @@
+import type * as http from "node:http";
+import type * as http2 from "node:http2";
+import type { Readable } from "node:stream";
+import type { DescMethod } from "@bufbuild/protobuf";
+import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions } from "@connectrpc/connect";
+import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
+import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
+import { errorToJsonBytes, parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
+import { parseContentType as parseGrpcContentType, setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
+import { parseContentType as parseGrpcWebContentType } from "@connectrpc/connect/protocol-grpc-web";
+import { ErrorDetailSchema } from "../../../gen/laneway/errors/v1/errors_pb.js";
+import type { WireLimits } from "../../config/index.js";
+import type { ErrorDomain } from "../../errors/core-error.js";
+import type { Logger } from "../../log/logger.js";
+import { checkedRequestBody, checkMessage, emptyBody, RequestProblemError, requestProblemKey, type Framing, type RequestProblem } from "./request-body.js";
+
+/**
+ * Laneway's Node.js request handler in front of Connect's router: it does
+ * what `connectNodeAdapter` does (find the RPC by path, run Connect's
+ * protocol handler, write the answer), plus what a server facing any client
+ * on the network needs:
+ *
+ * - an RPC that does not exist answers `unimplemented` in each protocol's own
+ *   form: gRPC and gRPC-Web get a trailers-only response with `grpc-status:
+ *   12` and the error detail, Connect gets HTTP 404 with a JSON error;
+ * - a content type or HTTP method no protocol accepts answers 415 or 405
+ *   with a Connect JSON error carrying an ErrorDetail;
+ * - the request body is read within the size limit and checked before
+ *   Connect parses it (request-body.ts), so malformed, oversized, truncated
+ *   or wrongly encoded input becomes a typed error after authentication;
+ * - a failed write to a client that went away ends quietly (a debug line,
+ *   never a stack trace).
+ */
+
+export interface LanewayAdapterOptions extends ConnectRouterOptions {
+  readonly routes: (router: ConnectRouter) => void;
+  readonly limits: WireLimits;
+  readonly log: Logger;
+  /** The error domain of a service, for refusals made before Connect runs. */
+  readonly domainOf: (typeName: string) => AdapterDomain;
+}
+
+/** A service's error domain and its reason for invalid requests. */
+export interface AdapterDomain {
+  readonly domain: ErrorDomain;
+  readonly invalidReason: string;
+}
+
+type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
+type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
+
+/** The protocol a request speaks, from its content type and HTTP method. */
+type Protocol = "connect" | "grpc" | "grpc-web";
+
+export function lanewayNodeAdapter(options: LanewayAdapterOptions): (req: NodeRequest, res: NodeResponse) => void {
+  // Connect decompresses nothing itself: request bodies arrive here
+  // already checked and inflated, and answers are small.
+  const router = createConnectRouter({ ...options, acceptCompression: [], readMaxBytes: options.limits.maxRequestBytes });
+  options.routes(router);
+  const paths = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
+  const { limits, log } = options;
+
+  return function lanewayRequestHandler(req, res) {
+    const path = (req.url ?? "").split("?", 2)[0] ?? "";
+    const contentType = headerValue(req, "content-type");
+    const protocol = protocolOf(contentType);
+    const handler = paths.get(path);
+    if (handler === undefined) {
+      refuse(res, protocol, new ConnectError("no such RPC: check the service and method name (laneway lists its services through gRPC reflection)", Code.Unimplemented), "unimplemented", "server", 404);
+      return;
+    }
+    const domain = options.domainOf(handler.service.typeName);
+    const method = handler.method;
+    const framing = framingOf(req.method ?? "", contentType, protocol, method, req);
+    if ("refusal" in framing) {
+      refuse(res, "connect", new ConnectError(framing.refusal, Code.InvalidArgument), domain.invalidReason, domain.domain, framing.status);
+      return;
+    }
+    const contextValues = createContextValues();
+    let uReq: UniversalServerRequest;
+    try {
+      if (framing.get) req.url = checkedGetUrl(req.url ?? "", method, contextValues);
+      uReq = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+    } catch {
+      refuse(res, protocol, new ConnectError("the request has no authority (Host) header", Code.InvalidArgument), domain.invalidReason, domain.domain, 400);
+      return;
+    }
+    if (!framing.get) {
+      uReq = { ...uReq, header: withoutEncoding(uReq.header), body: checkedBody(req, method, framing.framing, limits.maxRequestBytes, domain) };
+    }
+    handler(uReq)
+      .then((uRes) => universalResponseToNodeResponse(uRes, res))
+      .catch((reason: unknown) => {
+        // The client went away or reset the stream: nothing to answer.
+        log.debug("a response could not be written", { rpc: path, code: Code[ConnectError.from(reason).code] });
+      });
+  };
+}
+
+function headerValue(req: NodeRequest, name: string): string {
+  const value = req.headers[name];
+  return (Array.isArray(value) ? value[0] : value) ?? "";
+}
+
+function protocolOf(contentType: string): Protocol {
+  if (/^application\/grpc-web/i.test(contentType)) return "grpc-web";
+  if (/^application\/grpc/i.test(contentType)) return "grpc";
+  return "connect";
+}
+
+type FramingChoice = { framing: Framing; get: false } | { get: true } | { refusal: string; status: number };
+
+const acceptedTypes =
+  "use application/json or application/proto (Connect unary), application/connect+json or application/connect+proto (Connect streaming), application/grpc[+json] or application/grpc-web[+json]";
+
+function framingOf(httpMethod: string, contentType: string, protocol: Protocol, method: DescMethod, req: NodeRequest): FramingChoice {
+  if (httpMethod === "GET") {
+    if (method.methodKind === "unary" && method.idempotency === MethodOptions_IdempotencyLevel.NO_SIDE_EFFECTS) return { get: true };
+    return { refusal: `${method.parent.typeName}/${method.name} accepts POST only`, status: 405 };
+  }
+  if (httpMethod !== "POST") return { refusal: `RPCs are called with POST (or GET for methods without side effects)`, status: 405 };
+  const streaming = method.methodKind !== "unary";
+  if (protocol === "grpc" || protocol === "grpc-web") {
+    const type = protocol === "grpc" ? parseGrpcContentType(contentType) : parseGrpcWebContentType(contentType);
+    if (type === undefined || ("text" in type && type.text)) return { refusal: `unsupported content type: ${acceptedTypes}`, status: 415 };
+    return { framing: { enveloped: true, binary: type.binary, encoding: encodingOf(headerValue(req, "grpc-encoding")) }, get: false };
+  }
+  const type = parseConnectContentType(contentType);
+  if (type === undefined || type.stream !== streaming) {
+    return { refusal: `unsupported content type for this ${streaming ? "streaming" : "unary"} method: ${acceptedTypes}`, status: 415 };
+  }
+  const encoding = encodingOf(headerValue(req, streaming ? "connect-content-encoding" : "content-encoding"));
+  return { framing: { enveloped: streaming, binary: type.binary, encoding }, get: false };
+}
+
+function encodingOf(header: string): string | undefined {
+  const value = header.trim().toLowerCase();
+  return value === "" || value === "identity" ? undefined : value;
+}
+
+/** The headers Connect sees: the body it reads is already checked and uncompressed, so its length and encodings are no longer the client's. */
+function withoutEncoding(header: Headers): Headers {
+  const copy = new Headers(header);
+  for (const name of ["content-length", "content-encoding", "connect-content-encoding", "grpc-encoding"]) copy.delete(name);
+  return copy;
+}
+
+/** The request body as Connect will read it: checked as it streams; a problem becomes the domain's typed error. */
+function checkedBody(req: NodeRequest, method: DescMethod, framing: Framing, maxBytes: number, domain: AdapterDomain): AsyncIterable<Uint8Array> {
+  return {
+    async *[Symbol.asyncIterator]() {
+      // Not destroyed when reading stops early: the answer still has to go out.
+      const source = (req as unknown as Readable).iterator({ destroyOnReturn: false });
+      const single = method.methodKind === "unary" || method.methodKind === "server_streaming";
+      try {
+        yield* checkedRequestBody(source, method.input, framing, maxBytes, single);
+      } catch (error) {
+        if (error instanceof RequestProblemError) throw problemError(error.problem, domain);
+        throw error;
+      }
+    },
+  };
+}
+
+/** A refused request body as the Connect error a client receives. */
+export function problemError(problem: RequestProblem, domain: AdapterDomain): ConnectError {
+  const [reason, code] =
+    problem.kind === "too_large"
+      ? ["message_too_large", Code.ResourceExhausted]
+      : problem.kind === "unsupported_encoding"
+        ? ["unimplemented", Code.Unimplemented]
+        : [domain.invalidReason, Code.InvalidArgument];
+  return new ConnectError(problem.message, code, undefined, [{ desc: ErrorDetailSchema, value: { reason, domain: domain.domain } }]);
+}
+
+/**
+ * A Connect GET request carries its message in the query. A query that
+ * does not decode is replaced by an empty JSON message, with the problem
+ * recorded as for a body.
+ */
+function checkedGetUrl(url: string, method: DescMethod, contextValues: ReturnType<typeof createContextValues>): string {
+  const [path, query = ""] = url.split("?", 2);
+  const params = new URLSearchParams(query);
+  const message = params.get("message") ?? "";
+  const binary = params.get("encoding") === "proto";
+  let problem: RequestProblem | undefined;
+  if (params.get("compression") !== null && params.get("compression") !== "identity") {
+    problem = { kind: "unsupported_encoding", message: "the request's content encoding is not supported: send it uncompressed" };
+  } else if (params.get("encoding") !== "json" && !binary) {
+    problem = { kind: "malformed", message: "a GET request needs encoding=json or encoding=proto" };
+  } else {
+    const bytes = params.get("base64") === "1" ? Buffer.from(message, "base64url") : Buffer.from(message, "utf8");
+    const found = checkMessage(method.input, bytes, binary);
+    if (found !== undefined) problem = { kind: "malformed", message: found };
+  }
+  if (problem === undefined) return url;
+  contextValues.set(requestProblemKey, problem);
+  const empty = Buffer.from(emptyBody({ enveloped: false, binary: false })).toString("utf8");
+  return `${path}?${new URLSearchParams({ connect: params.get("connect") ?? "v1", encoding: "json", message: empty }).toString()}`;
+}
+
+/** Answers a request that never reaches Connect, in its protocol's own error form. */
+function refuse(res: NodeResponse, protocol: Protocol, error: ConnectError, reason: string, domain: ErrorDomain, connectStatus: number): void {
+  error.details.push({ desc: ErrorDetailSchema, value: { reason, domain } });
+  if (protocol === "connect") {
+    const body = errorToJsonBytes(error, {});
+    res.writeHead(connectStatus, {
+      "content-type": "application/json",
+      "content-length": String(body.byteLength),
+    });
+    res.end(body);
+    return;
+  }
+  // gRPC and gRPC-Web: a trailers-only response, the status in the headers.
+  const headers: Record<string, string> = { "content-type": protocol === "grpc" ? "application/grpc" : "application/grpc-web+proto" };
+  setTrailerStatus(new Headers(), error).forEach((value, key) => (headers[key] = value));
+  res.writeHead(200, headers);
+  res.end();
+}
