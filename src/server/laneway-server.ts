@@ -1,4 +1,5 @@
 import { setMaxListeners } from "node:events";
+import { readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
@@ -240,7 +241,11 @@ export class LanewayServer {
         },
       });
 
-      const listener = new DualProtocolListener(handler, server.wire);
+      const maxConnections = connectionCapFor(server.wire.maxConnections);
+      if (maxConnections < server.wire.maxConnections) {
+        log.warn("the process may open too few files for --max-connections; the connection cap is lowered", { maxConnections });
+      }
+      const listener = new DualProtocolListener(handler, { ...server.wire, maxConnections });
       const address = await listener.listen(server.listen.host, server.listen.port);
       const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
       return new LanewayServer({
@@ -304,4 +309,23 @@ export class LanewayServer {
     }
     return { ok: steps.every((s) => s.ok), steps };
   }
+}
+
+/**
+ * The connection cap that leaves room under the process's open-file limit
+ * for NATS, SQLite, the embedded server's pipes and new accepts: past the
+ * limit accept() itself fails and every client is refused, which the cap is
+ * there to prevent.
+ */
+function connectionCapFor(configured: number): number {
+  let soft: number | undefined;
+  try {
+    const limits = readFileSync("/proc/self/limits", "utf8");
+    const value = /^Max open files\s+(\S+)/m.exec(limits)?.[1];
+    soft = value === undefined || value === "unlimited" ? undefined : Number(value);
+  } catch {
+    soft = undefined;
+  }
+  if (soft === undefined || !Number.isFinite(soft)) return configured;
+  return Math.max(8, Math.min(configured, soft - 128));
 }

@@ -56,6 +56,8 @@ export interface LanewayTestOptions {
   readonly dataDir?: string;
   /** Reuse tokens (for restarts). */
   readonly tokens?: TestTokens;
+  /** Child processes only: the open-file limit the process runs under (prlimit). */
+  readonly openFileLimit?: number;
 }
 
 interface Prepared {
@@ -158,8 +160,11 @@ export interface ChildLaneway {
 }
 
 /** Runs `laneway <args>` (the CLI entry) as a child process. */
-export function spawnLaneway(args: readonly string[], env: Readonly<Record<string, string>>): ChildProcess {
-  return spawn(process.execPath, ["--import", "tsx", join(repoRoot, "src/cli/main.ts"), ...args], {
+export function spawnLaneway(args: readonly string[], env: Readonly<Record<string, string>>, options: { openFileLimit?: number } = {}): ChildProcess {
+  const node = [process.execPath, "--import", "tsx", join(repoRoot, "src/cli/main.ts"), ...args];
+  // prlimit execs the command, so the pid stays Laneway's own.
+  const argv = options.openFileLimit === undefined ? node : ["/usr/bin/prlimit", `--nofile=${options.openFileLimit}:${options.openFileLimit}`, ...node];
+  return spawn(argv[0]!, argv.slice(1), {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", ...env },
     stdio: ["ignore", "pipe", "pipe"],
@@ -168,7 +173,7 @@ export function spawnLaneway(args: readonly string[], env: Readonly<Record<strin
 
 export async function startLanewayProcess(options: LanewayTestOptions = {}): Promise<ChildLaneway> {
   const prepared = await prepare(options);
-  const child = spawnLaneway(["serve", ...prepared.args], prepared.env);
+  const child = spawnLaneway(["serve", ...prepared.args], prepared.env, options.openFileLimit === undefined ? {} : { openFileLimit: options.openFileLimit });
   const stdout: string[] = [];
   const stderr: string[] = [];
   collectLines(child.stdout!, stdout);

@@ -181,3 +181,24 @@ test("a flood of silent connections past the connection limit does not stop othe
     for (const socket of flood) socket.destroy();
   }
 });
+
+test("under a low open-file limit the connection cap is lowered, so a flood cannot exhaust the process's files", async () => {
+  const limited = await startLanewayProcess({ lanesConfig: false, openFileLimit: 256, args: ["--headers-timeout", "5s"] });
+  const { hostname, port } = new URL(limited.url);
+  const flood: net.Socket[] = [];
+  try {
+    expect(limited.stderr.join("\n")).toContain("the connection cap is lowered");
+    for (let i = 0; i < 400; i++) {
+      const socket = net.connect({ host: hostname, port: Number(port) });
+      socket.on("error", () => {});
+      socket.on("connect", () => socket.write("P"));
+      flood.push(socket);
+    }
+    await Promise.all(flood.map((s) => new Promise<void>((resolve) => s.once("connect", () => resolve()).once("close", () => resolve()))));
+    const health = limited.clients.client(Health);
+    expect((await health.check({ service: "" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
+  } finally {
+    for (const socket of flood) socket.destroy();
+    await limited.remove();
+  }
+});
