@@ -13,13 +13,16 @@ import * as http2 from "node:http2";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { LaneService } from "../gen/laneway/lane/v1/lane_service_pb.js";
-import { LaneRegistry, loadLanesConfig } from "../src/lanes/index.js";
+import { LaneRegistry, loadLanesConfig, type LanesCore } from "../src/lanes/index.js";
+import { silentLogger } from "../src/log/logger.js";
 import { Authenticator, principalKey } from "../src/server/auth.js";
 import { laneServiceImpl } from "../src/server/services/lane-service.js";
 
 const config = await loadLanesConfig(process.argv[2]!, process.env);
 const authenticator = new Authenticator({ projectTokens: config.tokens });
-const impl = laneServiceImpl(new LaneRegistry(config));
+// Only GetRegistry is measured: the core needs nothing but its registry.
+const registryOnly = { registry: new LaneRegistry(config) } as unknown as LanesCore;
+const impl = laneServiceImpl(registryOnly, new AbortController().signal, silentLogger);
 const handler = connectNodeAdapter({
   routes: (router) =>
     router.service(LaneService, {

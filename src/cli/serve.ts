@@ -1,4 +1,5 @@
 import { ADMIN_TOKEN_ENV, ConfigError, serveHelp } from "../config/index.js";
+import { CoreStartupError } from "../errors/core-error.js";
 import { PAUSE_AT_ENV, pausePointsFromSetting } from "../fault-injection/pause-points.js";
 import { createLogger, safeErrorFields } from "../log/logger.js";
 import { EmbeddedServerError } from "../nats/index.js";
@@ -42,6 +43,11 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     if (error instanceof EmbeddedServerError) {
       io.stderr(`laneway: ${error.message}\n`);
       return 1;
+    }
+    if (error instanceof CoreStartupError) {
+      // A conflict needs a person (exit 2); an unreachable broker may pass (exit 1).
+      io.stderr(`laneway: ${error.message}\n`);
+      return error.kind === "state_conflict" ? 2 : 1;
     }
     log.error("startup failed", safeErrorFields(error));
     io.stderr("laneway: startup failed (see the log line above)\n");

@@ -37,3 +37,27 @@ export abstract class CoreError<R extends string = string> extends Error {
     super(message, options);
   }
 }
+
+/**
+ * A core could not start. `state_conflict`: what the core finds in its
+ * storage is incompatible with its configuration (another generation of a
+ * namespace, a stream with another shape) and nothing was rewritten;
+ * `unavailable`: its storage cannot be reached. `laneway serve` prints the
+ * message as one line and exits 2 for a conflict (the configuration or the
+ * state needs a person), 1 when the broker is unavailable (a restart may
+ * succeed). The message never holds a raw backend error, an address or a
+ * credential.
+ */
+export class CoreStartupError extends Error {
+  override readonly name = "CoreStartupError";
+  readonly [safeMessage] = true as const;
+
+  constructor(
+    readonly domain: ErrorDomain,
+    readonly kind: "state_conflict" | "unavailable",
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}

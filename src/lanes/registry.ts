@@ -1,4 +1,5 @@
-import { projectCapabilities } from "./capabilities.js";
+import { laneCapabilities, projectCapabilities, type LaneCapabilities } from "./capabilities.js";
+import { LaneError } from "./errors.js";
 import type { LaneBounds, LanesConfig } from "./types.js";
 
 /**
@@ -31,6 +32,25 @@ export class LaneRegistry {
 
   constructor(private readonly config: LanesConfig) {
     this.owners = new Map(config.lanes.map((lane) => [lane.id, lane.owner]));
+  }
+
+  /**
+   * The project's capabilities on a lane, or lane_forbidden when it has
+   * none of `needed`. A lane that is not configured is refused the same way,
+   * so the answer does not reveal which lanes exist.
+   */
+  require(project: string, lane: string, needed: "publish" | "subscribe"): LaneCapabilities {
+    const definition = this.config.lanes.find((l) => l.id === lane);
+    const caps = definition ? laneCapabilities(definition, project) : undefined;
+    if (caps === undefined || !caps[needed]) {
+      const verb = needed === "publish" ? "publish to" : "read events of";
+      throw new LaneError("lane_forbidden", `project ${project} may not ${verb} lane ${lane}`);
+    }
+    return caps;
+  }
+
+  get bounds(): LaneBounds {
+    return this.config.bounds;
   }
 
   get namespace(): string {

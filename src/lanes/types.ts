@@ -83,3 +83,28 @@ export interface LanesConfig {
   /** Project id → its bearer token. Never serialized into the registry. */
   readonly tokens: ReadonlyMap<string, Secret>;
 }
+
+/** Whether a record is an event for subscribers or work for groups. */
+export type RecordKind = "event" | "work";
+
+/** What a publisher sends: the fields of one record, without the lane. */
+export interface Publication {
+  /** The idempotency key within (lane, project). */
+  readonly id: string;
+  readonly kind: RecordKind;
+  readonly schema: string;
+  readonly payload: Uint8Array;
+  /** Optional untrusted absolute URI; "" when not given. */
+  readonly provenance: string;
+}
+
+/** One accepted record: the durable envelope and its stream sequence. */
+export interface LaneRecord extends Publication {
+  /** The stream sequence within the lane, from 1. */
+  readonly sequence: number;
+  readonly lane: string;
+  /** The authenticated publisher. */
+  readonly project: string;
+  /** When the service accepted the publication, in epoch milliseconds. */
+  readonly createdAt: number;
+}

@@ -86,6 +86,11 @@ const sharedFallbacks: Readonly<Record<FallbackKind, ServerReason>> = {
 /** The domain of failures no core owns: health, reflection, unknown routes. */
 export const serverDomain: ErrorDomainSpec = { domain: "server", fallbackReasons: {} };
 
+/** The Connect code of a reason (internal for one the table does not know). */
+export function codeOfReason(reason: string): Code {
+  return reasonCodes[reason as Reason] ?? Code.Internal;
+}
+
 /** Builds a ConnectError with the reason's code and an ErrorDetail. */
 export function lanewayError(reason: Reason, message: string, domain: ErrorDomain): ConnectError {
   return new ConnectError(message, reasonCodes[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, domain } }]);

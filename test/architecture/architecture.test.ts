@@ -29,7 +29,7 @@ const allowed: Record<string, readonly string[]> = {
   startup: ["config", "lanes", "log"],
   client: ["kmap"],
   server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection"],
-  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection"],
+  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors"],
 };
 
 test("src/ has no import loop", () => {

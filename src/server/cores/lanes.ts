@@ -1,12 +1,15 @@
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
-import { LaneRegistry } from "../../lanes/index.js";
+import { openLanesCore, PUBLISH_PAUSE_POINTS, type LanesCore } from "../../lanes/index.js";
 import { implement, type CoreBinding } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
 
 /**
  * Durable lanes, for projects holding a token from the lanes
- * configuration. Without a configuration no project token exists, so every
- * caller gets `unauthenticated`, and health reports the service as off.
+ * configuration. Opening checks (or creates) the namespace generation on
+ * the broker; an incompatible namespace or an unreachable broker stops
+ * startup with a CoreStartupError. Without a configuration no project token
+ * exists, so every caller gets `unauthenticated`, and health reports the
+ * service as off.
  */
 export const lanesBinding: CoreBinding = {
   name: "lanes",
@@ -21,18 +24,29 @@ export const lanesBinding: CoreBinding = {
     },
   },
   services: [{ service: LaneService, principal: "project" }],
+  pausePoints: PUBLISH_PAUSE_POINTS,
   async open(ctx) {
     const config = ctx.startup.lanes;
-    const registry = config ? new LaneRegistry(config) : undefined;
+    let core: LanesCore | undefined;
+    if (config) {
+      core = await openLanesCore({
+        config,
+        broker: ctx.broker,
+        replicas: ctx.startup.server.replicas,
+        logger: ctx.log,
+        pausePoints: ctx.pausePoints,
+      });
+    }
     const refresh = () =>
-      ctx.health.set(LaneService.typeName, registry === undefined ? "off" : ctx.broker.state === "connected" ? "serving" : "not_serving");
+      ctx.health.set(LaneService.typeName, core === undefined ? "off" : ctx.broker.state === "connected" ? "serving" : "not_serving");
     const unsubscribe = ctx.broker.onStateChange(refresh);
     refresh();
     return {
-      implementations: [implement(LaneService, laneServiceImpl(registry))],
+      implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log))],
       ...(config ? { projectTokens: config.tokens } : {}),
       async close() {
         unsubscribe();
+        await core?.close();
       },
     };
   },

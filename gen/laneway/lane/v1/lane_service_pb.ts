@@ -35,7 +35,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/lane/v1/lane_service.proto.
  */
 export const file_laneway_lane_v1_lane_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJsYW5ld2F5L2xhbmUvdjEvbGFuZV9zZXJ2aWNlLnByb3RvEg9sYW5ld2F5LmxhbmUudjEi2QEKCkxhbmVSZWNvcmQSEAoIc2VxdWVuY2UYASABKAQSDAoEbGFuZRgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEgoKAmlkGAQgASgJEikKBGtpbmQYBSABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZBIOCgZzY2hlbWEYBiABKAkSDwoHcGF5bG9hZBgHIAEoDBISCgpwcm92ZW5hbmNlGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIssDCgpMYW5lQm91bmRzEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGAIgASgNEhIKCm1heF9sZWRnZXIYAyABKA0SLgoLcmV0cnlfZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDWFja19yZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wYXlsb2FkGAggASgEEjQKEW9wZXJhdGlvbl90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKEGR1cGxpY2F0ZV93aW5kb3cYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X3JlY29yZHMYCyABKAQSEQoJbWF4X2J5dGVzGAwgASgEInUKCkxhbmVBY2Nlc3MSDAoEbGFuZRgBIAEoCRINCgVvd25lchgCIAEoCRIPCgdwdWJsaXNoGAMgASgIEhEKCXN1YnNjcmliZRgEIAEoCBIOCgZncm91cHMYBSADKAkSFgoOcmVjb3Zlcl9ncm91cHMYBiADKAkiFAoSR2V0UmVnaXN0cnlSZXF1ZXN0IpIBChNHZXRSZWdpc3RyeVJlc3BvbnNlEg8KB3Byb2plY3QYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEioKBWxhbmVzGAMgAygLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVBY2Nlc3MSKwoGYm91bmRzGAQgASgLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVCb3VuZHMi2gIKDlB1Ymxpc2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIVCgJpZBgCIAEoCUIJukgGcgSIiCcBEjUKBGtpbmQYAyABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZEIKukgHggEEEAEgABIZCgZzY2hlbWEYBCABKAlCCbpIBnIEiIgnARIaCgdwYXlsb2FkGAUgASgMQgm6SAZ6BBiAgEASqQEKCnByb3ZlbmFuY2UYBiABKAlClAG6SJABugGBAQoZcHJvdmVuYW5jZS5ub19jcmVkZW50aWFscxIucHJvdmVuYW5jZSBtdXN0IG5vdCBjb250YWluIGlubGluZSBjcmVkZW50aWFscxo0IXRoaXMubWF0Y2hlcygnXltBLVphLXpdW0EtWmEtejAtOSsuLV0qOi8vW14vPyNdKkAnKdgBAXIGKIAQiAEBIlEKD1B1Ymxpc2hSZXNwb25zZRIrCgZyZWNvcmQYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIRCglkdXBsaWNhdGUYAiABKAgiVgoNUmVwbGF5UmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESDgoGY3Vyc29yGAIgASgEEhwKCm1heF9ldmVudHMYAyABKA1CCLpIBSoDGIABInwKDlJlcGxheVJlc3BvbnNlEisKBmV2ZW50cxgBIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg4KBmN1cnNvchgCIAEoBBIWCg5maXJzdF9yZXRhaW5lZBgDIAEoBBIVCg1sYXN0X3NlcXVlbmNlGAQgASgEIjgKDUZvbGxvd1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEg4KBmN1cnNvchgCIAEoBCJNCg5Gb2xsb3dSZXNwb25zZRIrCgZldmVudHMYASADKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIOCgZjdXJzb3IYAiABKAQieAoMQ2xhaW1SZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEjUKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CDLpICaoBBiICCDwyACI0Cg1DbGFpbVJlc3BvbnNlEiMKBHdvcmsYASABKAsyFS5sYW5ld2F5LmxhbmUudjEuV29yayKLAQoEV29yaxIrCgZyZWNvcmQYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIPCgdyZWNlaXB0GAIgASgJEg8KB2F0dGVtcHQYAyABKA0SNAoQbGVhc2VfZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAieAoMUmVuZXdSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEhkKCHNlcXVlbmNlGAMgASgEQge6SAQyAiAAEhoKB3JlY2VpcHQYBCABKAlCCbpIBnIEoIgnASJFCg1SZW5ld1Jlc3BvbnNlEjQKEGxlYXNlX2V4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInYKCkFja1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESGQoIc2VxdWVuY2UYAyABKARCB7pIBDICIAASGgoHcmVjZWlwdBgEIAEoCUIJukgGcgSgiCcBIk4KC0Fja1Jlc3BvbnNlEiwKCGFja2VkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglkdXBsaWNhdGUYAiABKAgidwoLTmFja1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESGQoIc2VxdWVuY2UYAyABKARCB7pIBDICIAASGgoHcmVjZWlwdBgEIAEoCUIJukgGcgSgiCcBIk0KDE5hY2tSZXNwb25zZRIsCghyZXRyeV9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgCIAEoDSJIChNJbnNwZWN0R3JvdXBSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBIkIKFEluc3BlY3RHcm91cFJlc3BvbnNlEioKBWdyb3VwGAEgASgLMhsubGFuZXdheS5sYW5lLnYxLkdyb3VwU3RhdGUijgIKCkdyb3VwU3RhdGUSDAoEbGFuZRgBIAEoCRINCgVncm91cBgCIAEoCRIQCghyZXZpc2lvbhgDIAEoBBIOCgZjdXJzb3IYBCABKAQSFgoOZmlyc3RfcmV0YWluZWQYBSABKAQSFQoNbGFzdF9zZXF1ZW5jZRgGIAEoBBIXCg9taXNzaW5nX3Rocm91Z2gYByABKAQSDQoFc2xvdHMYCCABKA0SEgoKbWF4X2xlZGdlchgJIAEoDRITCgtsaXZlX2xlYXNlcxgKIAEoDRItCgpkZWxpdmVyaWVzGAsgAygLMhkubGFuZXdheS5sYW5lLnYxLkRlbGl2ZXJ5EhIKCnJlY292ZXJpZXMYDCABKA0ikQIKCERlbGl2ZXJ5EhAKCHNlcXVlbmNlGAEgASgEEg8KB3Byb2plY3QYAiABKAkSDwoHYXR0ZW1wdBgDIAEoDRItCgVzdGF0ZRgEIAEoDjIeLmxhbmV3YXkubGFuZS52MS5EZWxpdmVyeVN0YXRlEjQKEGxlYXNlX2V4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCHJldHJ5X2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghhY2tlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcmV0YWluZWQYCCABKAgiSAoPRXhwaXJlZERlbGl2ZXJ5EhkKCHNlcXVlbmNlGAEgASgEQge6SAQyAiAAEhoKB3JlY2VpcHQYAiABKAlCCbpIBnIEoIgnASKEBAoTUmVjb3Zlckdyb3VwUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIVCgJpZBgDIAEoCUIJukgGcgSIiCcBEhkKCHJldmlzaW9uGAQgASgEQge6SAQyAiAAEhYKDmN1cnNvcl90aHJvdWdoGAUgASgEEjsKB2V4cGlyZWQYBiADKAsyIC5sYW5ld2F5LmxhbmUudjEuRXhwaXJlZERlbGl2ZXJ5Qgi6SAWSAQIQEBIfCgdtaXNzaW5nGAcgAygEQg66SAuSAQgQECIEMgIgADqRArpIjQIagwEKEnJlY292ZXIuYXRfbW9zdF8xNhI+YXQgbW9zdCAxNiBjb21iaW5lZCBleHBpcmVkIGFuZCBtaXNzaW5nIGRlbGl2ZXJpZXMgcGVyIHJlcXVlc3QaLXNpemUodGhpcy5leHBpcmVkKSArIHNpemUodGhpcy5taXNzaW5nKSA8PSAxNhqEAQoYcmVjb3Zlci51bmlxdWVfc2VxdWVuY2VzEi1leHBpcmVkIGFuZCBtaXNzaW5nIHNlcXVlbmNlcyBtdXN0IG5vdCByZXBlYXQaOSh0aGlzLmV4cGlyZWQubWFwKGUsIGUuc2VxdWVuY2UpICsgdGhpcy5taXNzaW5nKS51bmlxdWUoKSJHChRSZWNvdmVyR3JvdXBSZXNwb25zZRIvCgZyZXN1bHQYASABKAsyHy5sYW5ld2F5LmxhbmUudjEuUmVjb3ZlcnlSZXN1bHQi0wEKDlJlY292ZXJ5UmVzdWx0EgoKAmlkGAEgASgJEg8KB3Byb2plY3QYAiABKAkSFgoOY3Vyc29yX3Rocm91Z2gYAyABKAQSFwoPbWlzc2luZ190aHJvdWdoGAQgASgEEjAKC2V4cGlyYXRpb25zGAUgAygLMhsubGFuZXdheS5sYW5lLnYxLkV4cGlyYXRpb24SEAoIcmV2aXNpb24YBiABKAQSLwoLcmVjb3JkZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkAKCkV4cGlyYXRpb24SDwoHcHJvamVjdBgBIAEoCRIQCghzZXF1ZW5jZRgCIAEoBBIPCgdhdHRlbXB0GAMgASgNKlYKClJlY29yZEtpbmQSGwoXUkVDT1JEX0tJTkRfVU5TUEVDSUZJRUQQABIVChFSRUNPUkRfS0lORF9FVkVOVBABEhQKEFJFQ09SRF9LSU5EX1dPUksQAiqlAQoNRGVsaXZlcnlTdGF0ZRIeChpERUxJVkVSWV9TVEFURV9VTlNQRUNJRklFRBAAEhkKFURFTElWRVJZX1NUQVRFX0xFQVNFRBABEiIKHkRFTElWRVJZX1NUQVRFX1JFVFJZX1NDSEVEVUxFRBACEhsKF0RFTElWRVJZX1NUQVRFX1JFTEVBU0VEEAMSGAoUREVMSVZFUllfU1RBVEVfQUNLRUQQBDLGBgoLTGFuZVNlcnZpY2USXQoLR2V0UmVnaXN0cnkSIy5sYW5ld2F5LmxhbmUudjEuR2V0UmVnaXN0cnlSZXF1ZXN0GiQubGFuZXdheS5sYW5lLnYxLkdldFJlZ2lzdHJ5UmVzcG9uc2UiA5ACARJRCgdQdWJsaXNoEh8ubGFuZXdheS5sYW5lLnYxLlB1Ymxpc2hSZXF1ZXN0GiAubGFuZXdheS5sYW5lLnYxLlB1Ymxpc2hSZXNwb25zZSIDkAICEk4KBlJlcGxheRIeLmxhbmV3YXkubGFuZS52MS5SZXBsYXlSZXF1ZXN0Gh8ubGFuZXdheS5sYW5lLnYxLlJlcGxheVJlc3BvbnNlIgOQAgESUAoGRm9sbG93Eh4ubGFuZXdheS5sYW5lLnYxLkZvbGxvd1JlcXVlc3QaHy5sYW5ld2F5LmxhbmUudjEuRm9sbG93UmVzcG9uc2UiA5ACATABEkYKBUNsYWltEh0ubGFuZXdheS5sYW5lLnYxLkNsYWltUmVxdWVzdBoeLmxhbmV3YXkubGFuZS52MS5DbGFpbVJlc3BvbnNlEkYKBVJlbmV3Eh0ubGFuZXdheS5sYW5lLnYxLlJlbmV3UmVxdWVzdBoeLmxhbmV3YXkubGFuZS52MS5SZW5ld1Jlc3BvbnNlEkUKA0FjaxIbLmxhbmV3YXkubGFuZS52MS5BY2tSZXF1ZXN0GhwubGFuZXdheS5sYW5lLnYxLkFja1Jlc3BvbnNlIgOQAgISSAoETmFjaxIcLmxhbmV3YXkubGFuZS52MS5OYWNrUmVxdWVzdBodLmxhbmV3YXkubGFuZS52MS5OYWNrUmVzcG9uc2UiA5ACAhJgCgxJbnNwZWN0R3JvdXASJC5sYW5ld2F5LmxhbmUudjEuSW5zcGVjdEdyb3VwUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5JbnNwZWN0R3JvdXBSZXNwb25zZSIDkAIBEmAKDFJlY292ZXJHcm91cBIkLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyR3JvdXBSZXF1ZXN0GiUubGFuZXdheS5sYW5lLnYxLlJlY292ZXJHcm91cFJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
+  fileDesc("CiJsYW5ld2F5L2xhbmUvdjEvbGFuZV9zZXJ2aWNlLnByb3RvEg9sYW5ld2F5LmxhbmUudjEi2QEKCkxhbmVSZWNvcmQSEAoIc2VxdWVuY2UYASABKAQSDAoEbGFuZRgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEgoKAmlkGAQgASgJEikKBGtpbmQYBSABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZBIOCgZzY2hlbWEYBiABKAkSDwoHcGF5bG9hZBgHIAEoDBISCgpwcm92ZW5hbmNlGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIssDCgpMYW5lQm91bmRzEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGAIgASgNEhIKCm1heF9sZWRnZXIYAyABKA0SLgoLcmV0cnlfZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDWFja19yZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wYXlsb2FkGAggASgEEjQKEW9wZXJhdGlvbl90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKEGR1cGxpY2F0ZV93aW5kb3cYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X3JlY29yZHMYCyABKAQSEQoJbWF4X2J5dGVzGAwgASgEInUKCkxhbmVBY2Nlc3MSDAoEbGFuZRgBIAEoCRINCgVvd25lchgCIAEoCRIPCgdwdWJsaXNoGAMgASgIEhEKCXN1YnNjcmliZRgEIAEoCBIOCgZncm91cHMYBSADKAkSFgoOcmVjb3Zlcl9ncm91cHMYBiADKAkiFAoSR2V0UmVnaXN0cnlSZXF1ZXN0IpIBChNHZXRSZWdpc3RyeVJlc3BvbnNlEg8KB3Byb2plY3QYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEioKBWxhbmVzGAMgAygLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVBY2Nlc3MSKwoGYm91bmRzGAQgASgLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVCb3VuZHMi2gIKDlB1Ymxpc2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIVCgJpZBgCIAEoCUIJukgGcgSIiCcBEjUKBGtpbmQYAyABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZEIKukgHggEEEAEgABIZCgZzY2hlbWEYBCABKAlCCbpIBnIEiIgnARIaCgdwYXlsb2FkGAUgASgMQgm6SAZ6BBiAgEASqQEKCnByb3ZlbmFuY2UYBiABKAlClAG6SJABugGBAQoZcHJvdmVuYW5jZS5ub19jcmVkZW50aWFscxIucHJvdmVuYW5jZSBtdXN0IG5vdCBjb250YWluIGlubGluZSBjcmVkZW50aWFscxo0IXRoaXMubWF0Y2hlcygnXltBLVphLXpdW0EtWmEtejAtOSsuLV0qOi8vW14vPyNdKkAnKdgBAXIGKIAQiAEBIlEKD1B1Ymxpc2hSZXNwb25zZRIrCgZyZWNvcmQYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIRCglkdXBsaWNhdGUYAiABKAgiagoTUHVibGlzaEJhdGNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESOgoHcmVjb3JkcxgCIAMoCzIcLmxhbmV3YXkubGFuZS52MS5CYXRjaFJlY29yZEILukgIkgEFCAEQgAEivgIKC0JhdGNoUmVjb3JkEhUKAmlkGAEgASgJQgm6SAZyBIiIJwESNQoEa2luZBgCIAEoDjIbLmxhbmV3YXkubGFuZS52MS5SZWNvcmRLaW5kQgq6SAeCAQQQASAAEhkKBnNjaGVtYRgDIAEoCUIJukgGcgSIiCcBEhoKB3BheWxvYWQYBCABKAxCCbpIBnoEGICAQBKpAQoKcHJvdmVuYW5jZRgFIAEoCUKUAbpIkAG6AYEBChlwcm92ZW5hbmNlLm5vX2NyZWRlbnRpYWxzEi5wcm92ZW5hbmNlIG11c3Qgbm90IGNvbnRhaW4gaW5saW5lIGNyZWRlbnRpYWxzGjQhdGhpcy5tYXRjaGVzKCdeW0EtWmEtel1bQS1aYS16MC05Ky4tXSo6Ly9bXi8/I10qQCcp2AEBcgYogBCIAQEiRwoUUHVibGlzaEJhdGNoUmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzdWx0IoABCg1QdWJsaXNoUmVzdWx0EjUKCXB1Ymxpc2hlZBgBIAEoCzIgLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzcG9uc2VIABItCgVlcnJvchgCIAEoCzIcLmxhbmV3YXkubGFuZS52MS5SZWNvcmRFcnJvckgAQgkKB291dGNvbWUiPAoLUmVjb3JkRXJyb3ISDAoEY29kZRgBIAEoCRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSJWCg1SZXBsYXlSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIOCgZjdXJzb3IYAiABKAQSHAoKbWF4X2V2ZW50cxgDIAEoDUIIukgFKgMYgAEifAoOUmVwbGF5UmVzcG9uc2USKwoGZXZlbnRzGAEgAygLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVSZWNvcmQSDgoGY3Vyc29yGAIgASgEEhYKDmZpcnN0X3JldGFpbmVkGAMgASgEEhUKDWxhc3Rfc2VxdWVuY2UYBCABKAQiOAoNRm9sbG93UmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESDgoGY3Vyc29yGAIgASgEIk0KDkZvbGxvd1Jlc3BvbnNlEisKBmV2ZW50cxgBIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg4KBmN1cnNvchgCIAEoBCJ4CgxDbGFpbVJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESNQoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIMukgJqgEGIgIIPDIAIjQKDUNsYWltUmVzcG9uc2USIwoEd29yaxgBIAEoCzIVLmxhbmV3YXkubGFuZS52MS5Xb3JrIosBCgRXb3JrEisKBnJlY29yZBgBIAEoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg8KB3JlY2VpcHQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoDRI0ChBsZWFzZV9leHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ4CgxSZW5ld1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESGQoIc2VxdWVuY2UYAyABKARCB7pIBDICIAASGgoHcmVjZWlwdBgEIAEoCUIJukgGcgSgiCcBIkUKDVJlbmV3UmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidgoKQWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTgoLQWNrUmVzcG9uc2USLAoIYWNrZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWR1cGxpY2F0ZRgCIAEoCCJ3CgtOYWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTQoMTmFja1Jlc3BvbnNlEiwKCHJldHJ5X2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhdHRlbXB0GAIgASgNIkgKE0luc3BlY3RHcm91cFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwEiQgoUSW5zcGVjdEdyb3VwUmVzcG9uc2USKgoFZ3JvdXAYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuR3JvdXBTdGF0ZSKOAgoKR3JvdXBTdGF0ZRIMCgRsYW5lGAEgASgJEg0KBWdyb3VwGAIgASgJEhAKCHJldmlzaW9uGAMgASgEEg4KBmN1cnNvchgEIAEoBBIWCg5maXJzdF9yZXRhaW5lZBgFIAEoBBIVCg1sYXN0X3NlcXVlbmNlGAYgASgEEhcKD21pc3NpbmdfdGhyb3VnaBgHIAEoBBINCgVzbG90cxgIIAEoDRISCgptYXhfbGVkZ2VyGAkgASgNEhMKC2xpdmVfbGVhc2VzGAogASgNEi0KCmRlbGl2ZXJpZXMYCyADKAsyGS5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnkSEgoKcmVjb3ZlcmllcxgMIAEoDSKRAgoIRGVsaXZlcnkSEAoIc2VxdWVuY2UYASABKAQSDwoHcHJvamVjdBgCIAEoCRIPCgdhdHRlbXB0GAMgASgNEi0KBXN0YXRlGAQgASgOMh4ubGFuZXdheS5sYW5lLnYxLkRlbGl2ZXJ5U3RhdGUSNAoQbGVhc2VfZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIcmV0cnlfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGFja2VkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghyZXRhaW5lZBgIIAEoCCJICg9FeHBpcmVkRGVsaXZlcnkSGQoIc2VxdWVuY2UYASABKARCB7pIBDICIAASGgoHcmVjZWlwdBgCIAEoCUIJukgGcgSgiCcBIoQEChNSZWNvdmVyR3JvdXBSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEhUKAmlkGAMgASgJQgm6SAZyBIiIJwESGQoIcmV2aXNpb24YBCABKARCB7pIBDICIAASFgoOY3Vyc29yX3Rocm91Z2gYBSABKAQSOwoHZXhwaXJlZBgGIAMoCzIgLmxhbmV3YXkubGFuZS52MS5FeHBpcmVkRGVsaXZlcnlCCLpIBZIBAhAQEh8KB21pc3NpbmcYByADKARCDrpIC5IBCBAQIgQyAiAAOpECukiNAhqDAQoScmVjb3Zlci5hdF9tb3N0XzE2Ej5hdCBtb3N0IDE2IGNvbWJpbmVkIGV4cGlyZWQgYW5kIG1pc3NpbmcgZGVsaXZlcmllcyBwZXIgcmVxdWVzdBotc2l6ZSh0aGlzLmV4cGlyZWQpICsgc2l6ZSh0aGlzLm1pc3NpbmcpIDw9IDE2GoQBChhyZWNvdmVyLnVuaXF1ZV9zZXF1ZW5jZXMSLWV4cGlyZWQgYW5kIG1pc3Npbmcgc2VxdWVuY2VzIG11c3Qgbm90IHJlcGVhdBo5KHRoaXMuZXhwaXJlZC5tYXAoZSwgZS5zZXF1ZW5jZSkgKyB0aGlzLm1pc3NpbmcpLnVuaXF1ZSgpIkcKFFJlY292ZXJHcm91cFJlc3BvbnNlEi8KBnJlc3VsdBgBIAEoCzIfLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyeVJlc3VsdCLTAQoOUmVjb3ZlcnlSZXN1bHQSCgoCaWQYASABKAkSDwoHcHJvamVjdBgCIAEoCRIWCg5jdXJzb3JfdGhyb3VnaBgDIAEoBBIXCg9taXNzaW5nX3Rocm91Z2gYBCABKAQSMAoLZXhwaXJhdGlvbnMYBSADKAsyGy5sYW5ld2F5LmxhbmUudjEuRXhwaXJhdGlvbhIQCghyZXZpc2lvbhgGIAEoBBIvCgtyZWNvcmRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiQAoKRXhwaXJhdGlvbhIPCgdwcm9qZWN0GAEgASgJEhAKCHNlcXVlbmNlGAIgASgEEg8KB2F0dGVtcHQYAyABKA0qVgoKUmVjb3JkS2luZBIbChdSRUNPUkRfS0lORF9VTlNQRUNJRklFRBAAEhUKEVJFQ09SRF9LSU5EX0VWRU5UEAESFAoQUkVDT1JEX0tJTkRfV09SSxACKqUBCg1EZWxpdmVyeVN0YXRlEh4KGkRFTElWRVJZX1NUQVRFX1VOU1BFQ0lGSUVEEAASGQoVREVMSVZFUllfU1RBVEVfTEVBU0VEEAESIgoeREVMSVZFUllfU1RBVEVfUkVUUllfU0NIRURVTEVEEAISGwoXREVMSVZFUllfU1RBVEVfUkVMRUFTRUQQAxIYChRERUxJVkVSWV9TVEFURV9BQ0tFRBAEMqgHCgtMYW5lU2VydmljZRJdCgtHZXRSZWdpc3RyeRIjLmxhbmV3YXkubGFuZS52MS5HZXRSZWdpc3RyeVJlcXVlc3QaJC5sYW5ld2F5LmxhbmUudjEuR2V0UmVnaXN0cnlSZXNwb25zZSIDkAIBElEKB1B1Ymxpc2gSHy5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlcXVlc3QaIC5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlc3BvbnNlIgOQAgISYAoMUHVibGlzaEJhdGNoEiQubGFuZXdheS5sYW5lLnYxLlB1Ymxpc2hCYXRjaFJlcXVlc3QaJS5sYW5ld2F5LmxhbmUudjEuUHVibGlzaEJhdGNoUmVzcG9uc2UiA5ACAhJOCgZSZXBsYXkSHi5sYW5ld2F5LmxhbmUudjEuUmVwbGF5UmVxdWVzdBofLmxhbmV3YXkubGFuZS52MS5SZXBsYXlSZXNwb25zZSIDkAIBElAKBkZvbGxvdxIeLmxhbmV3YXkubGFuZS52MS5Gb2xsb3dSZXF1ZXN0Gh8ubGFuZXdheS5sYW5lLnYxLkZvbGxvd1Jlc3BvbnNlIgOQAgEwARJGCgVDbGFpbRIdLmxhbmV3YXkubGFuZS52MS5DbGFpbVJlcXVlc3QaHi5sYW5ld2F5LmxhbmUudjEuQ2xhaW1SZXNwb25zZRJGCgVSZW5ldxIdLmxhbmV3YXkubGFuZS52MS5SZW5ld1JlcXVlc3QaHi5sYW5ld2F5LmxhbmUudjEuUmVuZXdSZXNwb25zZRJFCgNBY2sSGy5sYW5ld2F5LmxhbmUudjEuQWNrUmVxdWVzdBocLmxhbmV3YXkubGFuZS52MS5BY2tSZXNwb25zZSIDkAICEkgKBE5hY2sSHC5sYW5ld2F5LmxhbmUudjEuTmFja1JlcXVlc3QaHS5sYW5ld2F5LmxhbmUudjEuTmFja1Jlc3BvbnNlIgOQAgISYAoMSW5zcGVjdEdyb3VwEiQubGFuZXdheS5sYW5lLnYxLkluc3BlY3RHcm91cFJlcXVlc3QaJS5sYW5ld2F5LmxhbmUudjEuSW5zcGVjdEdyb3VwUmVzcG9uc2UiA5ACARJgCgxSZWNvdmVyR3JvdXASJC5sYW5ld2F5LmxhbmUudjEuUmVjb3Zlckdyb3VwUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyR3JvdXBSZXNwb25zZSIDkAICYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
 
 /**
  * LaneRecord is the durable envelope of one accepted publication.
@@ -415,6 +415,181 @@ export const PublishResponseSchema: GenMessage<PublishResponse> = /*@__PURE__*/
   messageDesc(file_laneway_lane_v1_lane_service, 6);
 
 /**
+ * PublishBatchRequest publishes several records to one lane.
+ *
+ * @generated from message laneway.lane.v1.PublishBatchRequest
+ */
+export type PublishBatchRequest = Message<"laneway.lane.v1.PublishBatchRequest"> & {
+  /**
+   * The lane to publish to.
+   *
+   * @generated from field: string lane = 1;
+   */
+  lane: string;
+
+  /**
+   * The records, 1 to 128; each id at most once.
+   *
+   * @generated from field: repeated laneway.lane.v1.BatchRecord records = 2;
+   */
+  records: BatchRecord[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.PublishBatchRequest.
+ * Use `create(PublishBatchRequestSchema)` to create a new message.
+ */
+export const PublishBatchRequestSchema: GenMessage<PublishBatchRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 7);
+
+/**
+ * BatchRecord is one record of a batch: the fields of PublishRequest
+ * without the lane, with the same rules.
+ *
+ * @generated from message laneway.lane.v1.BatchRecord
+ */
+export type BatchRecord = Message<"laneway.lane.v1.BatchRecord"> & {
+  /**
+   * The idempotency key within (lane, project).
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Event or work; required.
+   *
+   * @generated from field: laneway.lane.v1.RecordKind kind = 2;
+   */
+  kind: RecordKind;
+
+  /**
+   * The payload's schema identifier.
+   *
+   * @generated from field: string schema = 3;
+   */
+  schema: string;
+
+  /**
+   * The payload: at most 1 MiB here, and at most the namespace's configured
+   * max_payload (checked by the service, per record).
+   *
+   * @generated from field: bytes payload = 4;
+   */
+  payload: Uint8Array;
+
+  /**
+   * Optional absolute URI naming where the record came from: at most 2,048
+   * bytes, no inline credentials, never a secret.
+   *
+   * @generated from field: string provenance = 5;
+   */
+  provenance: string;
+};
+
+/**
+ * Describes the message laneway.lane.v1.BatchRecord.
+ * Use `create(BatchRecordSchema)` to create a new message.
+ */
+export const BatchRecordSchema: GenMessage<BatchRecord> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 8);
+
+/**
+ * PublishBatchResponse holds one result per record, in request order.
+ *
+ * @generated from message laneway.lane.v1.PublishBatchResponse
+ */
+export type PublishBatchResponse = Message<"laneway.lane.v1.PublishBatchResponse"> & {
+  /**
+   * The results, one per record of the request, in the same order.
+   *
+   * @generated from field: repeated laneway.lane.v1.PublishResult results = 1;
+   */
+  results: PublishResult[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.PublishBatchResponse.
+ * Use `create(PublishBatchResponseSchema)` to create a new message.
+ */
+export const PublishBatchResponseSchema: GenMessage<PublishBatchResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 9);
+
+/**
+ * PublishResult is the outcome of one record of a batch.
+ *
+ * @generated from message laneway.lane.v1.PublishResult
+ */
+export type PublishResult = Message<"laneway.lane.v1.PublishResult"> & {
+  /**
+   * Either the persisted record or the record's own error.
+   *
+   * @generated from oneof laneway.lane.v1.PublishResult.outcome
+   */
+  outcome: {
+    /**
+     * The record the publication resolved to, as Publish would answer it.
+     *
+     * @generated from field: laneway.lane.v1.PublishResponse published = 1;
+     */
+    value: PublishResponse;
+    case: "published";
+  } | {
+    /**
+     * Why this record was not published; the other records are unaffected.
+     *
+     * @generated from field: laneway.lane.v1.RecordError error = 2;
+     */
+    value: RecordError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message laneway.lane.v1.PublishResult.
+ * Use `create(PublishResultSchema)` to create a new message.
+ */
+export const PublishResultSchema: GenMessage<PublishResult> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 10);
+
+/**
+ * RecordError is the failure of one record of a batch, as Publish would
+ * have reported it.
+ *
+ * @generated from message laneway.lane.v1.RecordError
+ */
+export type RecordError = Message<"laneway.lane.v1.RecordError"> & {
+  /**
+   * The Connect code name (`invalid_argument`, `aborted`, `unavailable`, …).
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * The lanes reason (`lane_invalid`, `lane_conflict`, `lane_unavailable`,
+   * …).
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * A message written for people; never a token, receipt or backend error.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message laneway.lane.v1.RecordError.
+ * Use `create(RecordErrorSchema)` to create a new message.
+ */
+export const RecordErrorSchema: GenMessage<RecordError> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 11);
+
+/**
  * ReplayRequest asks for one page of events after a cursor.
  *
  * @generated from message laneway.lane.v1.ReplayRequest
@@ -448,7 +623,7 @@ export type ReplayRequest = Message<"laneway.lane.v1.ReplayRequest"> & {
  * Use `create(ReplayRequestSchema)` to create a new message.
  */
 export const ReplayRequestSchema: GenMessage<ReplayRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 7);
+  messageDesc(file_laneway_lane_v1_lane_service, 12);
 
 /**
  * ReplayResponse is one page of events.
@@ -491,7 +666,7 @@ export type ReplayResponse = Message<"laneway.lane.v1.ReplayResponse"> & {
  * Use `create(ReplayResponseSchema)` to create a new message.
  */
 export const ReplayResponseSchema: GenMessage<ReplayResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 8);
+  messageDesc(file_laneway_lane_v1_lane_service, 13);
 
 /**
  * FollowRequest starts tailing a lane.
@@ -520,7 +695,7 @@ export type FollowRequest = Message<"laneway.lane.v1.FollowRequest"> & {
  * Use `create(FollowRequestSchema)` to create a new message.
  */
 export const FollowRequestSchema: GenMessage<FollowRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 9);
+  messageDesc(file_laneway_lane_v1_lane_service, 14);
 
 /**
  * FollowResponse is one page of a followed lane.
@@ -549,7 +724,7 @@ export type FollowResponse = Message<"laneway.lane.v1.FollowResponse"> & {
  * Use `create(FollowResponseSchema)` to create a new message.
  */
 export const FollowResponseSchema: GenMessage<FollowResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 10);
+  messageDesc(file_laneway_lane_v1_lane_service, 15);
 
 /**
  * ClaimRequest asks for the next eligible work record of a group.
@@ -585,7 +760,7 @@ export type ClaimRequest = Message<"laneway.lane.v1.ClaimRequest"> & {
  * Use `create(ClaimRequestSchema)` to create a new message.
  */
 export const ClaimRequestSchema: GenMessage<ClaimRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 11);
+  messageDesc(file_laneway_lane_v1_lane_service, 16);
 
 /**
  * ClaimResponse carries the claimed work, if any.
@@ -606,7 +781,7 @@ export type ClaimResponse = Message<"laneway.lane.v1.ClaimResponse"> & {
  * Use `create(ClaimResponseSchema)` to create a new message.
  */
 export const ClaimResponseSchema: GenMessage<ClaimResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 12);
+  messageDesc(file_laneway_lane_v1_lane_service, 17);
 
 /**
  * Work is one leased delivery.
@@ -650,7 +825,7 @@ export type Work = Message<"laneway.lane.v1.Work"> & {
  * Use `create(WorkSchema)` to create a new message.
  */
 export const WorkSchema: GenMessage<Work> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 13);
+  messageDesc(file_laneway_lane_v1_lane_service, 18);
 
 /**
  * RenewRequest extends a lease.
@@ -692,7 +867,7 @@ export type RenewRequest = Message<"laneway.lane.v1.RenewRequest"> & {
  * Use `create(RenewRequestSchema)` to create a new message.
  */
 export const RenewRequestSchema: GenMessage<RenewRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 14);
+  messageDesc(file_laneway_lane_v1_lane_service, 19);
 
 /**
  * RenewResponse is the extended lease.
@@ -713,7 +888,7 @@ export type RenewResponse = Message<"laneway.lane.v1.RenewResponse"> & {
  * Use `create(RenewResponseSchema)` to create a new message.
  */
 export const RenewResponseSchema: GenMessage<RenewResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 15);
+  messageDesc(file_laneway_lane_v1_lane_service, 20);
 
 /**
  * AckRequest completes a delivery.
@@ -755,7 +930,7 @@ export type AckRequest = Message<"laneway.lane.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 16);
+  messageDesc(file_laneway_lane_v1_lane_service, 21);
 
 /**
  * AckResponse confirms the completion.
@@ -783,7 +958,7 @@ export type AckResponse = Message<"laneway.lane.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 17);
+  messageDesc(file_laneway_lane_v1_lane_service, 22);
 
 /**
  * NackRequest releases a delivery for a later retry.
@@ -825,7 +1000,7 @@ export type NackRequest = Message<"laneway.lane.v1.NackRequest"> & {
  * Use `create(NackRequestSchema)` to create a new message.
  */
 export const NackRequestSchema: GenMessage<NackRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 18);
+  messageDesc(file_laneway_lane_v1_lane_service, 23);
 
 /**
  * NackResponse is the scheduled retry.
@@ -853,7 +1028,7 @@ export type NackResponse = Message<"laneway.lane.v1.NackResponse"> & {
  * Use `create(NackResponseSchema)` to create a new message.
  */
 export const NackResponseSchema: GenMessage<NackResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 19);
+  messageDesc(file_laneway_lane_v1_lane_service, 24);
 
 /**
  * InspectGroupRequest names the group to inspect.
@@ -881,7 +1056,7 @@ export type InspectGroupRequest = Message<"laneway.lane.v1.InspectGroupRequest">
  * Use `create(InspectGroupRequestSchema)` to create a new message.
  */
 export const InspectGroupRequestSchema: GenMessage<InspectGroupRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 20);
+  messageDesc(file_laneway_lane_v1_lane_service, 25);
 
 /**
  * InspectGroupResponse is the group's ledger.
@@ -902,7 +1077,7 @@ export type InspectGroupResponse = Message<"laneway.lane.v1.InspectGroupResponse
  * Use `create(InspectGroupResponseSchema)` to create a new message.
  */
 export const InspectGroupResponseSchema: GenMessage<InspectGroupResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 21);
+  messageDesc(file_laneway_lane_v1_lane_service, 26);
 
 /**
  * GroupState is the persisted cursor/lease ledger of one work group.
@@ -1003,7 +1178,7 @@ export type GroupState = Message<"laneway.lane.v1.GroupState"> & {
  * Use `create(GroupStateSchema)` to create a new message.
  */
 export const GroupStateSchema: GenMessage<GroupState> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 22);
+  messageDesc(file_laneway_lane_v1_lane_service, 27);
 
 /**
  * Delivery is one tracked work record in a group ledger.
@@ -1073,7 +1248,7 @@ export type Delivery = Message<"laneway.lane.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 23);
+  messageDesc(file_laneway_lane_v1_lane_service, 28);
 
 /**
  * ExpiredDelivery names an expired delivery by its original receipt.
@@ -1101,7 +1276,7 @@ export type ExpiredDelivery = Message<"laneway.lane.v1.ExpiredDelivery"> & {
  * Use `create(ExpiredDeliverySchema)` to create a new message.
  */
 export const ExpiredDeliverySchema: GenMessage<ExpiredDelivery> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 24);
+  messageDesc(file_laneway_lane_v1_lane_service, 29);
 
 /**
  * RecoverGroupRequest accepts an expired gap of a group explicitly.
@@ -1166,7 +1341,7 @@ export type RecoverGroupRequest = Message<"laneway.lane.v1.RecoverGroupRequest">
  * Use `create(RecoverGroupRequestSchema)` to create a new message.
  */
 export const RecoverGroupRequestSchema: GenMessage<RecoverGroupRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 25);
+  messageDesc(file_laneway_lane_v1_lane_service, 30);
 
 /**
  * RecoverGroupResponse is the durable recovery result.
@@ -1187,7 +1362,7 @@ export type RecoverGroupResponse = Message<"laneway.lane.v1.RecoverGroupResponse
  * Use `create(RecoverGroupResponseSchema)` to create a new message.
  */
 export const RecoverGroupResponseSchema: GenMessage<RecoverGroupResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 26);
+  messageDesc(file_laneway_lane_v1_lane_service, 31);
 
 /**
  * RecoveryResult is the audit record of one accepted recovery.
@@ -1250,7 +1425,7 @@ export type RecoveryResult = Message<"laneway.lane.v1.RecoveryResult"> & {
  * Use `create(RecoveryResultSchema)` to create a new message.
  */
 export const RecoveryResultSchema: GenMessage<RecoveryResult> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 27);
+  messageDesc(file_laneway_lane_v1_lane_service, 32);
 
 /**
  * Expiration records one retired delivery. It is not an acknowledgement.
@@ -1285,7 +1460,7 @@ export type Expiration = Message<"laneway.lane.v1.Expiration"> & {
  * Use `create(ExpirationSchema)` to create a new message.
  */
 export const ExpirationSchema: GenMessage<Expiration> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 28);
+  messageDesc(file_laneway_lane_v1_lane_service, 33);
 
 /**
  * RecordKind says whether a record is an event for subscribers or work for
@@ -1409,6 +1584,26 @@ export const LaneService: GenService<{
     methodKind: "unary";
     input: typeof PublishRequestSchema;
     output: typeof PublishResponseSchema;
+  },
+  /**
+   * PublishBatch publishes up to 128 records to one lane in one call. Each
+   * record goes through exactly the protocol of Publish (its own reservation,
+   * idempotency key, read-back verification and duplicate detection) and has
+   * its own result, in request order: the persisted record, or its own error
+   * with the code and reason Publish would have answered. The records are
+   * pipelined against the broker, not run one after another; their relative
+   * order in the lane is not defined. The call itself fails only for what
+   * concerns the whole batch: `lane_invalid` (more than 128 records, an empty
+   * batch, a record breaking the contract's rules), `lane_forbidden` (the
+   * project is not a publisher of the lane), authentication. The whole
+   * request is bounded by the server's read limit (16 MiB by default).
+   *
+   * @generated from rpc laneway.lane.v1.LaneService.PublishBatch
+   */
+  publishBatch: {
+    methodKind: "unary";
+    input: typeof PublishBatchRequestSchema;
+    output: typeof PublishBatchResponseSchema;
   },
   /**
    * Replay returns one bounded page of events after a cursor. A page examines

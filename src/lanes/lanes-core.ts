@@ -1,0 +1,120 @@
+import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
+import { silentLogger, type Logger } from "../log/logger.js";
+import { BrokerConnection } from "../nats/index.js";
+import { LaneError } from "./errors.js";
+import { LaneStore } from "./lane-store.js";
+import { LaneWatchers } from "./lane-watcher.js";
+import { openNamespace, type Namespace } from "./namespace.js";
+import { Publisher, type BatchOutcome, type PublishOutcome } from "./publisher.js";
+import { LaneRegistry } from "./registry.js";
+import { MAX_EVENTS, Replayer, type ReplayPage } from "./replay.js";
+import type { LaneRecord, LanesConfig, Publication } from "./types.js";
+
+/**
+ * Durable lanes as one object: the registry, publication, replay and
+ * follow, over one namespace generation on JetStream.
+ */
+
+/** Concurrent Follow streams one project may hold. */
+export const MAX_FOLLOWERS_PER_PROJECT = 32;
+
+/** How often a caught-up follower hears from the server when nothing is published. */
+export const FOLLOW_HEARTBEAT_MS = 15_000;
+
+export interface LanesCoreOptions {
+  readonly config: LanesConfig;
+  /** Laneway's own NATS connection; lanes use it unless their configuration names a broker of its own. */
+  readonly broker: BrokerConnection;
+  /** Replicas of every stream and bucket. */
+  readonly replicas: number;
+  readonly logger?: Logger;
+  readonly pausePoints?: PausePoints;
+  /** How often a caught-up follower gets an empty page with its cursor (default 15 s). */
+  readonly heartbeatMs?: number;
+}
+
+/** One page of a followed lane. */
+export interface FollowPage {
+  readonly events: readonly LaneRecord[];
+  /** Save it after processing `events`. */
+  readonly cursor: number;
+}
+
+export interface LanesCore {
+  readonly registry: LaneRegistry;
+  readonly namespace: Namespace;
+  publish(project: string, lane: string, publication: Publication, signal?: AbortSignal): Promise<PublishOutcome>;
+  publishBatch(project: string, lane: string, publications: readonly Publication[], signal?: AbortSignal): Promise<BatchOutcome[]>;
+  replay(project: string, lane: string, cursor: number, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage>;
+  /** Pages from the cursor, then new events as they are published, heartbeats while idle, until `signal` aborts. */
+  follow(project: string, lane: string, cursor: number, signal: AbortSignal): AsyncGenerator<FollowPage>;
+  close(): Promise<void>;
+}
+
+export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCore> {
+  const { config } = options;
+  const log = options.logger ?? silentLogger;
+  // A lanes configuration with its own `url` gets its own connection.
+  const own = config.broker
+    ? await BrokerConnection.open({
+        servers: config.broker.servers,
+        ...(config.broker.credentialsFile ? { credentialsFile: config.broker.credentialsFile } : {}),
+        name: "laneway-lanes",
+        initialConnect: "retry",
+      })
+    : undefined;
+  const broker = own ?? options.broker;
+  try {
+    const namespace = await openNamespace(broker, config, options.replicas, log);
+    const registry = new LaneRegistry(config);
+    const store = new LaneStore(broker, config.bounds.operationTimeoutMs);
+    const publisher = new Publisher(store, namespace, registry, options.pausePoints ?? noPausePoints);
+    const replayer = new Replayer(store, namespace, registry);
+    const watchers = new LaneWatchers(store, config.namespace);
+    const followers = new Map<string, number>();
+    const heartbeatMs = options.heartbeatMs ?? FOLLOW_HEARTBEAT_MS;
+
+    return {
+      registry,
+      namespace,
+      publish: (project, lane, publication, signal) => publisher.publish(project, lane, publication, signal),
+      publishBatch: (project, lane, publications, signal) => publisher.publishBatch(project, lane, publications, signal),
+      replay: (project, lane, cursor, maxEvents, signal) => replayer.replay(project, lane, cursor, maxEvents, signal),
+      async *follow(project, lane, cursor, signal) {
+        registry.require(project, lane, "subscribe");
+        const held = followers.get(project) ?? 0;
+        if (held >= MAX_FOLLOWERS_PER_PROJECT) {
+          throw new LaneError("lane_capacity", `project ${project} already follows ${held} lanes at once; close one (at most ${MAX_FOLLOWERS_PER_PROJECT})`);
+        }
+        followers.set(project, held + 1);
+        const hold = await watchers.hold(lane);
+        try {
+          let position = cursor;
+          while (!signal.aborted) {
+            const version = hold.version();
+            const page = await replayer.page(lane, position, MAX_EVENTS, signal);
+            if (page.examined > 0) {
+              position = page.cursor;
+              yield { events: page.events, cursor: position };
+              continue;
+            }
+            const woken = await hold.wait(version, heartbeatMs, signal);
+            if (!woken && !signal.aborted) yield { events: [], cursor: position };
+          }
+        } finally {
+          hold.release();
+          const now = (followers.get(project) ?? 1) - 1;
+          if (now === 0) followers.delete(project);
+          else followers.set(project, now);
+        }
+      },
+      async close() {
+        watchers.close();
+        await own?.close();
+      },
+    };
+  } catch (error) {
+    await own?.close();
+    throw error;
+  }
+}

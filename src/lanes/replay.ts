@@ -1,0 +1,89 @@
+import { decodeEnvelope, recordOf } from "./envelope.js";
+import { LaneError } from "./errors.js";
+import type { LaneStore } from "./lane-store.js";
+import type { Namespace } from "./namespace.js";
+import type { LaneRegistry } from "./registry.js";
+import type { LaneRecord } from "./types.js";
+
+/**
+ * Replay: one bounded page of a lane's events after a cursor.
+ *
+ * The cursor is the last examined stream sequence, counting work records
+ * that event replay skips. A page examines at most 512 records and returns
+ * at most 128 events (fewer when asked). Cursor 0 starts at the earliest
+ * retained record. A cursor beyond the last sequence, or a nonzero cursor
+ * whose successor has left retention (an expired gap), is `lane_cursor`, as
+ * is a retained record found missing during the scan: nothing is skipped
+ * silently.
+ */
+
+export const MAX_EXAMINED = 512;
+export const MAX_EVENTS = 128;
+
+export interface ReplayPage {
+  readonly events: readonly LaneRecord[];
+  /** The last examined sequence: save it after processing the events. */
+  readonly cursor: number;
+  /** The first retained sequence; 0 when nothing is retained. */
+  readonly firstRetained: number;
+  /** The last sequence of the lane; 0 when nothing was ever published. */
+  readonly lastSequence: number;
+  /** How many records the page examined. */
+  readonly examined: number;
+}
+
+export class Replayer {
+  constructor(
+    private readonly store: LaneStore,
+    private readonly namespace: Namespace,
+    private readonly registry: LaneRegistry,
+  ) {}
+
+  async replay(project: string, lane: string, cursor: number, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage> {
+    this.registry.require(project, lane, "subscribe");
+    return this.page(lane, cursor, maxEvents === 0 ? MAX_EVENTS : Math.min(maxEvents, MAX_EVENTS), signal);
+  }
+
+  /** A page without the capability check (the caller checked it). */
+  async page(lane: string, cursor: number, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage> {
+    const stream = this.namespace.streams.get(lane)!;
+    const { first, last } = await this.store.range(stream, signal);
+    const firstRetained = first > 0 && first <= last ? first : 0;
+    if (cursor > last) {
+      throw new LaneError("lane_cursor", `cursor ${cursor} is beyond the end of lane ${lane} (its last sequence is ${last})`);
+    }
+    if (cursor !== 0 && firstRetained !== 0 && cursor + 1 < firstRetained) {
+      throw new LaneError(
+        "lane_cursor",
+        `the records after cursor ${cursor} of lane ${lane} have left retention (the first retained is ${firstRetained}): replay from cursor 0, or from ${firstRetained - 1} to accept the gap`,
+      );
+    }
+    if (cursor !== 0 && firstRetained === 0 && cursor < last) {
+      throw new LaneError("lane_cursor", `the records after cursor ${cursor} of lane ${lane} have left retention: replay from cursor 0`);
+    }
+    const start = cursor === 0 ? Math.max(first, 1) : cursor + 1;
+    const empty = { events: [], cursor, firstRetained, lastSequence: last, examined: 0 };
+    if (start > last) return empty;
+    const count = Math.min(MAX_EXAMINED, last - start + 1);
+    const records = await this.store.readFrom(stream, start, count, signal);
+    const events: LaneRecord[] = [];
+    let examined = 0;
+    let position = cursor;
+    let expected = start;
+    for (const record of records) {
+      if (record.sequence !== expected) {
+        throw new LaneError("lane_cursor", `record ${expected} of lane ${lane} is missing from retention while it was being read: replay again`);
+      }
+      const envelope = decodeEnvelope(record.data);
+      if (envelope === undefined) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
+      examined += 1;
+      position = record.sequence;
+      expected += 1;
+      if (envelope.kind === "event") {
+        events.push(recordOf(envelope, record.sequence));
+        if (events.length >= maxEvents) break;
+      }
+    }
+    return { events, cursor: position, firstRetained, lastSequence: last, examined };
+  }
+}
