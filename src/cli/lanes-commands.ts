@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
+import { fromJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
-import { LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { BatchRecordSchema, LaneRecordSchema, LaneService, RecordKind, type BatchRecord } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { UsageError } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
 import { rpcCommand, type RpcInput } from "./rpc-command.js";
@@ -13,6 +14,32 @@ import { rpcCommand, type RpcInput } from "./rpc-command.js";
  */
 
 const method = LaneService.method;
+
+/** The cursor last printed by each running follow command (printed again only when it moves). */
+const lastCursor = new WeakMap<RpcInput, bigint>();
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString("utf8");
+}
+
+/** One line of a publish-batch file; `kind` may be written `event`/`work` or as the enum name. */
+function batchRecord(line: string, n: number): BatchRecord {
+  let value: Record<string, unknown>;
+  try {
+    value = JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    throw new UsageError(`line ${n} of the batch file is not JSON`);
+  }
+  if (value.kind === "event") value.kind = "RECORD_KIND_EVENT";
+  if (value.kind === "work") value.kind = "RECORD_KIND_WORK";
+  try {
+    return fromJson(BatchRecordSchema, value as JsonValue);
+  } catch {
+    throw new UsageError(`line ${n} of the batch file is not a record: it needs id, kind, schema and a base64 payload`);
+  }
+}
 
 function receiptOf(input: RpcInput): string {
   const receipt = input.string("receipt") ?? input.io.env.LANEWAY_RECEIPT;
@@ -74,12 +101,34 @@ export const lanesCommands: CommandGroup = {
       request: (i) => ({ lane: i.arg("lane"), cursor: i.uint("cursor", 0n), maxEvents: Number(i.uint("max-events", 0n)) }),
     }),
     rpcCommand({
+      method: method.publishBatch,
+      usage: "publish-batch <lane> --file F\n(F: one record per line in JSON, {\"id\":…,\"kind\":\"event\"|\"work\",\"schema\":…,\"payload\":\"<base64>\",\"provenance\":…}; - reads stdin)",
+      summary: "publish up to 128 records in one call; each has its own result",
+      args: ["lane"],
+      options: { file: { type: "string" } },
+      async request(i) {
+        const path = i.required("file");
+        const text = path === "-" ? await readStdin() : await readFile(path, "utf8");
+        const records = text
+          .split("\n")
+          .map((line, n) => [line.trim(), n + 1] as const)
+          .filter(([line]) => line !== "")
+          .map(([line, n]) => batchRecord(line, n));
+        return { lane: i.arg("lane"), records };
+      },
+    }),
+    rpcCommand({
       method: method.follow,
       usage: "follow <lane> [--cursor N]",
-      summary: "tail a lane's events (one JSON page per line) until interrupted",
+      summary: 'tail a lane until interrupted: one JSON line per event, then {"cursor":…} to save after processing it',
       args: ["lane"],
       options: { cursor: { type: "string" } },
       request: (i) => ({ lane: i.arg("lane"), cursor: i.uint("cursor", 0n) }),
+      handle(page, i) {
+        for (const event of page.events) i.io.stdout(`${toJsonString(LaneRecordSchema, event)}\n`);
+        if (page.events.length > 0 || page.cursor !== lastCursor.get(i)) i.io.stdout(`${JSON.stringify({ cursor: String(page.cursor) })}\n`);
+        lastCursor.set(i, page.cursor);
+      },
     }),
     rpcCommand({
       method: method.claim,

@@ -1,4 +1,4 @@
-import { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { describeFailure, OutcomeError, UsageError, type CliIo } from "./command.js";
 import { clientHelp, commandUsage, groupUsage, type CommandGroup } from "./command-group.js";
 import { healthCommand } from "./health-command.js";
@@ -94,6 +94,8 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
       return 2;
     }
     if (error instanceof ConnectError) {
+      // Interrupted (Ctrl-C, SIGTERM) while following or watching: a normal end.
+      if (io.signal.aborted && error.code === Code.Canceled) return 0;
       io.stderr(`laneway: ${describeFailure(error)}\n`);
       return 1;
     }

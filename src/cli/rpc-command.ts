@@ -53,7 +53,7 @@ export interface RpcCommandSpec<M extends Method> {
   readonly options?: ParseArgsConfig["options"];
   /** Builds the request. */
   request(input: RpcInput): MessageInitShape<M["input"]> | Promise<MessageInitShape<M["input"]>>;
-  /** Handles the answer instead of printing it (unary methods only). */
+  /** Handles the answer (each message of a stream) instead of printing it. */
   handle?(response: MessageShape<M["output"]>, input: RpcInput): void | Promise<void>;
 }
 
@@ -72,7 +72,8 @@ export function rpcCommand<M extends Method>(spec: RpcCommandSpec<M>): CommandSp
         const call = (client as unknown as Record<string, (req: unknown, options: { signal: AbortSignal }) => unknown>)[method.localName]!;
         if (method.methodKind === "server_streaming") {
           for await (const message of call(request, { signal: io.signal }) as AsyncIterable<MessageShape<M["output"]>>) {
-            printLine(io, method.output, message);
+            if (spec.handle) await spec.handle(message, input);
+            else printLine(io, method.output, message);
           }
           return;
         }

@@ -18,7 +18,8 @@
  * - `--replicas` above 1 requires `--nats-url`: the embedded nats-server is
  *   a single node, and JetStream would refuse the streams later anyway.
  * - `--nats-credentials-env` requires `--nats-url`: the embedded server
- *   runs without authentication on loopback.
+ *   admits only the credential Laneway generates for it (a user nkey
+ *   whose seed stays in the data directory).
  * - `--nats-server-bin` is checked (exists, executable) only when the
  *   embedded server will be started; a bare name is looked up on PATH at
  *   spawn time and not checked here.
@@ -208,7 +209,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     }
     if (natsServers === undefined) {
       throw new ServerConfigError(
-        `${credentialsEnv.source} requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server uses no credentials`,
+        `${credentialsEnv.source} requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server admits only the credential Laneway generates for it`,
         credentialsEnv.source,
       );
     }

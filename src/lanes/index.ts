@@ -15,4 +15,5 @@ export { LaneRegistry, type LaneAccessView, type RegistryView } from "./registry
 export { REGISTRY_FORMAT_VERSION, registryDocument, serializeRegistry } from "./registry-document.js";
 export { MAX_EVENTS, MAX_EXAMINED, type ReplayPage } from "./replay.js";
 export type { LaneBounds, LaneDefinition, LanePrincipal, LaneRecord, LanesBroker, LanesConfig, Publication, RecordKind } from "./types.js";
-export { streamName, recordSubject, reservationBucket, metaBucket } from "./names.js";
+export { lanesBrokerPermissions } from "./broker-permissions.js";
+export { metaBucket, recordSubject, reservationBucket, streamName } from "./names.js";

@@ -22,7 +22,7 @@ import { readFile } from "node:fs/promises";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamManager, JetStreamOptions } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect, credsAuthenticator } from "@nats-io/transport-node";
+import { connect, credsAuthenticator, nkeyAuthenticator } from "@nats-io/transport-node";
 import type { Authenticator, NatsConnection } from "@nats-io/transport-node";
 
 import { BrokerUnavailableError, classifyNatsError, type NatsFailure } from "./broker-errors.js";
@@ -60,8 +60,9 @@ export interface BrokerConnectionOptions {
   /** Server URL(s): `nats://host:port`, or a list for a cluster. */
   servers: string | readonly string[];
   /**
-   * Path of a `.creds` file (user JWT + nkey seed). Read again on every
-   * connect attempt so rotated credentials are picked up.
+   * Path of a `.creds` file (user JWT + nkey seed) or of a bare user nkey
+   * seed. Read again on every connect attempt so rotated credentials are
+   * picked up.
    */
   credentialsFile?: string;
   /**
@@ -235,10 +236,7 @@ export class BrokerConnection {
   async #connectOnce(): Promise<void> {
     this.#setState("connecting", undefined);
     const o = this.#options;
-    const authenticator =
-      o.credentialsFile === undefined
-        ? o.authenticator
-        : credsAuthenticator(await readCredentials(o.credentialsFile));
+    const authenticator = o.credentialsFile === undefined ? o.authenticator : authenticatorOf(await readCredentials(o.credentialsFile));
     const nc = await connect({
       servers: typeof o.servers === "string" ? o.servers : [...o.servers],
       reconnect: false,
@@ -355,6 +353,17 @@ async function drainBounded(nc: NatsConnection, timeoutMs: number): Promise<bool
   } finally {
     clearTimeout(timer);
   }
+}
+
+/**
+ * A credentials file is either a `.creds` file (a user JWT and its nkey
+ * seed, for operator-mode servers) or a bare user nkey seed (`SU…`, for a
+ * server that lists the user's public nkey, as the embedded one does).
+ */
+function authenticatorOf(file: Uint8Array): Authenticator {
+  const text = new TextDecoder().decode(file).trim();
+  if (/^SU[A-Z2-7]{56}$/.test(text)) return nkeyAuthenticator(new TextEncoder().encode(text));
+  return credsAuthenticator(file);
 }
 
 async function readCredentials(path: string): Promise<Uint8Array> {

@@ -37,3 +37,4 @@ export {
   NatsServerNotInstalledError,
 } from "./embedded-server-errors.js";
 export { NATS_SERVER_BIN_ENV } from "./nats-server-binary.js";
+export { loadOrCreateServiceCredential, serviceAuthorization, type ServiceCredential } from "./service-credentials.js";

@@ -9,7 +9,7 @@ import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { file_laneway_errors_v1_errors } from "../../gen/laneway/errors/v1/errors_pb.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import { BrokerConnection, EmbeddedNatsServer } from "../nats/index.js";
+import { BrokerConnection, EmbeddedNatsServer, loadOrCreateServiceCredential, serviceAuthorization } from "../nats/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
 import { Authenticator, type ServiceAccess } from "./auth.js";
@@ -69,6 +69,8 @@ export class LanewayServer {
   readonly url: string;
   readonly port: number;
   readonly health: HealthStatus;
+  /** The embedded nats-server's client URL (undefined with an external server); it admits only Laneway. */
+  readonly embeddedNatsUrl: string | undefined;
   /** Whether the embedded nats-server applies `sync_interval: always` (undefined with an external server). */
   readonly natsSyncAlways: boolean | undefined;
   /**
@@ -106,6 +108,7 @@ export class LanewayServer {
     this.port = init.port;
     this.health = init.health;
     this.natsSyncAlways = init.embedded?.syncAlways;
+    this.embeddedNatsUrl = init.embedded?.url;
     this.#listener = init.listener;
     this.#broker = init.broker;
     this.#embedded = init.embedded;
@@ -128,8 +131,19 @@ export class LanewayServer {
     try {
       let embedded: EmbeddedNatsServer | undefined;
       let servers = server.natsServers;
+      let credentialsFile = server.natsCredentialsFile;
       if (servers === undefined) {
-        embedded = await EmbeddedNatsServer.start({ storeDir: join(server.dataDir, "nats"), binary: server.natsServerBin });
+        // Only Laneway may reach its embedded broker: it admits one nkey
+        // user, whose seed Laneway keeps in the data directory (mode 0600).
+        const storeDir = join(server.dataDir, "nats");
+        await mkdir(storeDir, { recursive: true, mode: 0o700 });
+        const credential = await loadOrCreateServiceCredential(join(storeDir, "laneway-service.nk"));
+        credentialsFile = credential.seedPath;
+        embedded = await EmbeddedNatsServer.start({
+          storeDir,
+          binary: server.natsServerBin,
+          extraConfig: { authorization: serviceAuthorization(credential) },
+        });
         started.push({ close: () => embedded!.stop() });
         servers = [embedded.url];
         if (!embedded.syncAlways) {
@@ -140,7 +154,7 @@ export class LanewayServer {
       }
       const broker = await BrokerConnection.open({
         servers,
-        ...(server.natsCredentialsFile ? { credentialsFile: server.natsCredentialsFile } : {}),
+        ...(credentialsFile ? { credentialsFile } : {}),
         name: "laneway",
         // The embedded server is ours and already up; an external one may
         // come later, and health reports it meanwhile.

@@ -166,7 +166,7 @@ describe("errors name the flag or variable and never echo secrets or URLs", () =
     ["nats url env with credentials", [], { LANEWAY_NATS_URL: `nats://a:4222,tls://${URL_SECRET}@b:4222` }, "LANEWAY_NATS_URL must not contain credentials (user info) (entry 2 of 2); use --nats-credentials-env"],
     ["nats url wrong scheme", ["--nats-url", "ws://h:4222"], {}, "--nats-url must use the nats:// or tls:// scheme"],
     ["credentials env bad name", ["--nats-url", "nats://h:4222", "--nats-credentials-env", "NOT-A-NAME"], {}, "--nats-credentials-env must be an environment variable name matching ^[A-Za-z_][A-Za-z0-9_]*$"],
-    ["credentials env without url", ["--nats-credentials-env", "C"], { C: creds }, "--nats-credentials-env requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server uses no credentials"],
+    ["credentials env without url", ["--nats-credentials-env", "C"], { C: creds }, "--nats-credentials-env requires --nats-url (or LANEWAY_NATS_URL): the embedded nats-server admits only the credential Laneway generates for it"],
     ["credentials variable unset", ["--nats-url", "nats://h:4222", "--nats-credentials-env", "C"], {}, "--nats-credentials-env: C is not set (it must hold the path of a NATS credentials file)"],
     ["credentials file missing", [], { LANEWAY_NATS_URL: "nats://h:4222", LANEWAY_NATS_CREDENTIALS_ENV: "C", C: `${creds}.missing` }, "LANEWAY_NATS_CREDENTIALS_ENV: the credentials file named by C does not exist"],
     ["replicas zero", ["--replicas", "0"], {}, "--replicas must be at least 1, got 0"],
