@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
@@ -43,6 +44,9 @@ function coreKind(kind: RecordKind): CoreRecordKind {
  */
 export function coreSignal(ctx: HandlerContext, ...others: AbortSignal[]): AbortSignal {
   const controller = new AbortController();
+  // A batch waits on up to 128 records at once, each adding its own abort
+  // listener for the length of one broker operation: not a leak.
+  setMaxListeners(0, controller.signal);
   const signals = [ctx.signal, ...others];
   const onAbort = (source: AbortSignal) => {
     const reason = source.reason;
@@ -155,6 +159,18 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     claim() {
       throw notBuilt("lanes", "Claim (work groups with fenced leases)");
+    },
+    claimBatch() {
+      throw notBuilt("lanes", "ClaimBatch (work groups with fenced leases)");
+    },
+    renewBatch() {
+      throw notBuilt("lanes", "RenewBatch (work leases)");
+    },
+    ackBatch() {
+      throw notBuilt("lanes", "AckBatch (work completion)");
+    },
+    nackBatch() {
+      throw notBuilt("lanes", "NackBatch (work retry)");
     },
     renew() {
       throw notBuilt("lanes", "Renew (work leases)");

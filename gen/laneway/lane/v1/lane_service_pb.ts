@@ -35,7 +35,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/lane/v1/lane_service.proto.
  */
 export const file_laneway_lane_v1_lane_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJsYW5ld2F5L2xhbmUvdjEvbGFuZV9zZXJ2aWNlLnByb3RvEg9sYW5ld2F5LmxhbmUudjEi2QEKCkxhbmVSZWNvcmQSEAoIc2VxdWVuY2UYASABKAQSDAoEbGFuZRgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEgoKAmlkGAQgASgJEikKBGtpbmQYBSABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZBIOCgZzY2hlbWEYBiABKAkSDwoHcGF5bG9hZBgHIAEoDBISCgpwcm92ZW5hbmNlGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIssDCgpMYW5lQm91bmRzEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGAIgASgNEhIKCm1heF9sZWRnZXIYAyABKA0SLgoLcmV0cnlfZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDWFja19yZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wYXlsb2FkGAggASgEEjQKEW9wZXJhdGlvbl90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKEGR1cGxpY2F0ZV93aW5kb3cYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X3JlY29yZHMYCyABKAQSEQoJbWF4X2J5dGVzGAwgASgEInUKCkxhbmVBY2Nlc3MSDAoEbGFuZRgBIAEoCRINCgVvd25lchgCIAEoCRIPCgdwdWJsaXNoGAMgASgIEhEKCXN1YnNjcmliZRgEIAEoCBIOCgZncm91cHMYBSADKAkSFgoOcmVjb3Zlcl9ncm91cHMYBiADKAkiFAoSR2V0UmVnaXN0cnlSZXF1ZXN0IpIBChNHZXRSZWdpc3RyeVJlc3BvbnNlEg8KB3Byb2plY3QYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEioKBWxhbmVzGAMgAygLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVBY2Nlc3MSKwoGYm91bmRzGAQgASgLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVCb3VuZHMi2gIKDlB1Ymxpc2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIVCgJpZBgCIAEoCUIJukgGcgSIiCcBEjUKBGtpbmQYAyABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZEIKukgHggEEEAEgABIZCgZzY2hlbWEYBCABKAlCCbpIBnIEiIgnARIaCgdwYXlsb2FkGAUgASgMQgm6SAZ6BBiAgEASqQEKCnByb3ZlbmFuY2UYBiABKAlClAG6SJABugGBAQoZcHJvdmVuYW5jZS5ub19jcmVkZW50aWFscxIucHJvdmVuYW5jZSBtdXN0IG5vdCBjb250YWluIGlubGluZSBjcmVkZW50aWFscxo0IXRoaXMubWF0Y2hlcygnXltBLVphLXpdW0EtWmEtejAtOSsuLV0qOi8vW14vPyNdKkAnKdgBAXIGKIAQiAEBIlEKD1B1Ymxpc2hSZXNwb25zZRIrCgZyZWNvcmQYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIRCglkdXBsaWNhdGUYAiABKAgiagoTUHVibGlzaEJhdGNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESOgoHcmVjb3JkcxgCIAMoCzIcLmxhbmV3YXkubGFuZS52MS5CYXRjaFJlY29yZEILukgIkgEFCAEQgAEivgIKC0JhdGNoUmVjb3JkEhUKAmlkGAEgASgJQgm6SAZyBIiIJwESNQoEa2luZBgCIAEoDjIbLmxhbmV3YXkubGFuZS52MS5SZWNvcmRLaW5kQgq6SAeCAQQQASAAEhkKBnNjaGVtYRgDIAEoCUIJukgGcgSIiCcBEhoKB3BheWxvYWQYBCABKAxCCbpIBnoEGICAQBKpAQoKcHJvdmVuYW5jZRgFIAEoCUKUAbpIkAG6AYEBChlwcm92ZW5hbmNlLm5vX2NyZWRlbnRpYWxzEi5wcm92ZW5hbmNlIG11c3Qgbm90IGNvbnRhaW4gaW5saW5lIGNyZWRlbnRpYWxzGjQhdGhpcy5tYXRjaGVzKCdeW0EtWmEtel1bQS1aYS16MC05Ky4tXSo6Ly9bXi8/I10qQCcp2AEBcgYogBCIAQEiRwoUUHVibGlzaEJhdGNoUmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzdWx0IoABCg1QdWJsaXNoUmVzdWx0EjUKCXB1Ymxpc2hlZBgBIAEoCzIgLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzcG9uc2VIABItCgVlcnJvchgCIAEoCzIcLmxhbmV3YXkubGFuZS52MS5SZWNvcmRFcnJvckgAQgkKB291dGNvbWUiPAoLUmVjb3JkRXJyb3ISDAoEY29kZRgBIAEoCRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSJWCg1SZXBsYXlSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIOCgZjdXJzb3IYAiABKAQSHAoKbWF4X2V2ZW50cxgDIAEoDUIIukgFKgMYgAEifAoOUmVwbGF5UmVzcG9uc2USKwoGZXZlbnRzGAEgAygLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVSZWNvcmQSDgoGY3Vyc29yGAIgASgEEhYKDmZpcnN0X3JldGFpbmVkGAMgASgEEhUKDWxhc3Rfc2VxdWVuY2UYBCABKAQiOAoNRm9sbG93UmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESDgoGY3Vyc29yGAIgASgEIk0KDkZvbGxvd1Jlc3BvbnNlEisKBmV2ZW50cxgBIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg4KBmN1cnNvchgCIAEoBCJ4CgxDbGFpbVJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESNQoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIMukgJqgEGIgIIPDIAIjQKDUNsYWltUmVzcG9uc2USIwoEd29yaxgBIAEoCzIVLmxhbmV3YXkubGFuZS52MS5Xb3JrIosBCgRXb3JrEisKBnJlY29yZBgBIAEoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg8KB3JlY2VpcHQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoDRI0ChBsZWFzZV9leHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ4CgxSZW5ld1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESGQoIc2VxdWVuY2UYAyABKARCB7pIBDICIAASGgoHcmVjZWlwdBgEIAEoCUIJukgGcgSgiCcBIkUKDVJlbmV3UmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidgoKQWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTgoLQWNrUmVzcG9uc2USLAoIYWNrZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWR1cGxpY2F0ZRgCIAEoCCJ3CgtOYWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTQoMTmFja1Jlc3BvbnNlEiwKCHJldHJ5X2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhdHRlbXB0GAIgASgNIkgKE0luc3BlY3RHcm91cFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwEiQgoUSW5zcGVjdEdyb3VwUmVzcG9uc2USKgoFZ3JvdXAYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuR3JvdXBTdGF0ZSKOAgoKR3JvdXBTdGF0ZRIMCgRsYW5lGAEgASgJEg0KBWdyb3VwGAIgASgJEhAKCHJldmlzaW9uGAMgASgEEg4KBmN1cnNvchgEIAEoBBIWCg5maXJzdF9yZXRhaW5lZBgFIAEoBBIVCg1sYXN0X3NlcXVlbmNlGAYgASgEEhcKD21pc3NpbmdfdGhyb3VnaBgHIAEoBBINCgVzbG90cxgIIAEoDRISCgptYXhfbGVkZ2VyGAkgASgNEhMKC2xpdmVfbGVhc2VzGAogASgNEi0KCmRlbGl2ZXJpZXMYCyADKAsyGS5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnkSEgoKcmVjb3ZlcmllcxgMIAEoDSKRAgoIRGVsaXZlcnkSEAoIc2VxdWVuY2UYASABKAQSDwoHcHJvamVjdBgCIAEoCRIPCgdhdHRlbXB0GAMgASgNEi0KBXN0YXRlGAQgASgOMh4ubGFuZXdheS5sYW5lLnYxLkRlbGl2ZXJ5U3RhdGUSNAoQbGVhc2VfZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIcmV0cnlfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGFja2VkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIQCghyZXRhaW5lZBgIIAEoCCJICg9FeHBpcmVkRGVsaXZlcnkSGQoIc2VxdWVuY2UYASABKARCB7pIBDICIAASGgoHcmVjZWlwdBgCIAEoCUIJukgGcgSgiCcBIoQEChNSZWNvdmVyR3JvdXBSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEhUKAmlkGAMgASgJQgm6SAZyBIiIJwESGQoIcmV2aXNpb24YBCABKARCB7pIBDICIAASFgoOY3Vyc29yX3Rocm91Z2gYBSABKAQSOwoHZXhwaXJlZBgGIAMoCzIgLmxhbmV3YXkubGFuZS52MS5FeHBpcmVkRGVsaXZlcnlCCLpIBZIBAhAQEh8KB21pc3NpbmcYByADKARCDrpIC5IBCBAQIgQyAiAAOpECukiNAhqDAQoScmVjb3Zlci5hdF9tb3N0XzE2Ej5hdCBtb3N0IDE2IGNvbWJpbmVkIGV4cGlyZWQgYW5kIG1pc3NpbmcgZGVsaXZlcmllcyBwZXIgcmVxdWVzdBotc2l6ZSh0aGlzLmV4cGlyZWQpICsgc2l6ZSh0aGlzLm1pc3NpbmcpIDw9IDE2GoQBChhyZWNvdmVyLnVuaXF1ZV9zZXF1ZW5jZXMSLWV4cGlyZWQgYW5kIG1pc3Npbmcgc2VxdWVuY2VzIG11c3Qgbm90IHJlcGVhdBo5KHRoaXMuZXhwaXJlZC5tYXAoZSwgZS5zZXF1ZW5jZSkgKyB0aGlzLm1pc3NpbmcpLnVuaXF1ZSgpIkcKFFJlY292ZXJHcm91cFJlc3BvbnNlEi8KBnJlc3VsdBgBIAEoCzIfLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyeVJlc3VsdCLTAQoOUmVjb3ZlcnlSZXN1bHQSCgoCaWQYASABKAkSDwoHcHJvamVjdBgCIAEoCRIWCg5jdXJzb3JfdGhyb3VnaBgDIAEoBBIXCg9taXNzaW5nX3Rocm91Z2gYBCABKAQSMAoLZXhwaXJhdGlvbnMYBSADKAsyGy5sYW5ld2F5LmxhbmUudjEuRXhwaXJhdGlvbhIQCghyZXZpc2lvbhgGIAEoBBIvCgtyZWNvcmRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiQAoKRXhwaXJhdGlvbhIPCgdwcm9qZWN0GAEgASgJEhAKCHNlcXVlbmNlGAIgASgEEg8KB2F0dGVtcHQYAyABKA0qVgoKUmVjb3JkS2luZBIbChdSRUNPUkRfS0lORF9VTlNQRUNJRklFRBAAEhUKEVJFQ09SRF9LSU5EX0VWRU5UEAESFAoQUkVDT1JEX0tJTkRfV09SSxACKqUBCg1EZWxpdmVyeVN0YXRlEh4KGkRFTElWRVJZX1NUQVRFX1VOU1BFQ0lGSUVEEAASGQoVREVMSVZFUllfU1RBVEVfTEVBU0VEEAESIgoeREVMSVZFUllfU1RBVEVfUkVUUllfU0NIRURVTEVEEAISGwoXREVMSVZFUllfU1RBVEVfUkVMRUFTRUQQAxIYChRERUxJVkVSWV9TVEFURV9BQ0tFRBAEMqgHCgtMYW5lU2VydmljZRJdCgtHZXRSZWdpc3RyeRIjLmxhbmV3YXkubGFuZS52MS5HZXRSZWdpc3RyeVJlcXVlc3QaJC5sYW5ld2F5LmxhbmUudjEuR2V0UmVnaXN0cnlSZXNwb25zZSIDkAIBElEKB1B1Ymxpc2gSHy5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlcXVlc3QaIC5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlc3BvbnNlIgOQAgISYAoMUHVibGlzaEJhdGNoEiQubGFuZXdheS5sYW5lLnYxLlB1Ymxpc2hCYXRjaFJlcXVlc3QaJS5sYW5ld2F5LmxhbmUudjEuUHVibGlzaEJhdGNoUmVzcG9uc2UiA5ACAhJOCgZSZXBsYXkSHi5sYW5ld2F5LmxhbmUudjEuUmVwbGF5UmVxdWVzdBofLmxhbmV3YXkubGFuZS52MS5SZXBsYXlSZXNwb25zZSIDkAIBElAKBkZvbGxvdxIeLmxhbmV3YXkubGFuZS52MS5Gb2xsb3dSZXF1ZXN0Gh8ubGFuZXdheS5sYW5lLnYxLkZvbGxvd1Jlc3BvbnNlIgOQAgEwARJGCgVDbGFpbRIdLmxhbmV3YXkubGFuZS52MS5DbGFpbVJlcXVlc3QaHi5sYW5ld2F5LmxhbmUudjEuQ2xhaW1SZXNwb25zZRJGCgVSZW5ldxIdLmxhbmV3YXkubGFuZS52MS5SZW5ld1JlcXVlc3QaHi5sYW5ld2F5LmxhbmUudjEuUmVuZXdSZXNwb25zZRJFCgNBY2sSGy5sYW5ld2F5LmxhbmUudjEuQWNrUmVxdWVzdBocLmxhbmV3YXkubGFuZS52MS5BY2tSZXNwb25zZSIDkAICEkgKBE5hY2sSHC5sYW5ld2F5LmxhbmUudjEuTmFja1JlcXVlc3QaHS5sYW5ld2F5LmxhbmUudjEuTmFja1Jlc3BvbnNlIgOQAgISYAoMSW5zcGVjdEdyb3VwEiQubGFuZXdheS5sYW5lLnYxLkluc3BlY3RHcm91cFJlcXVlc3QaJS5sYW5ld2F5LmxhbmUudjEuSW5zcGVjdEdyb3VwUmVzcG9uc2UiA5ACARJgCgxSZWNvdmVyR3JvdXASJC5sYW5ld2F5LmxhbmUudjEuUmVjb3Zlckdyb3VwUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyR3JvdXBSZXNwb25zZSIDkAICYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
+  fileDesc("CiJsYW5ld2F5L2xhbmUvdjEvbGFuZV9zZXJ2aWNlLnByb3RvEg9sYW5ld2F5LmxhbmUudjEi2QEKCkxhbmVSZWNvcmQSEAoIc2VxdWVuY2UYASABKAQSDAoEbGFuZRgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEgoKAmlkGAQgASgJEikKBGtpbmQYBSABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZBIOCgZzY2hlbWEYBiABKAkSDwoHcGF5bG9hZBgHIAEoDBISCgpwcm92ZW5hbmNlGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIssDCgpMYW5lQm91bmRzEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGAIgASgNEhIKCm1heF9sZWRnZXIYAyABKA0SLgoLcmV0cnlfZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDWFja19yZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wYXlsb2FkGAggASgEEjQKEW9wZXJhdGlvbl90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKEGR1cGxpY2F0ZV93aW5kb3cYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X3JlY29yZHMYCyABKAQSEQoJbWF4X2J5dGVzGAwgASgEInUKCkxhbmVBY2Nlc3MSDAoEbGFuZRgBIAEoCRINCgVvd25lchgCIAEoCRIPCgdwdWJsaXNoGAMgASgIEhEKCXN1YnNjcmliZRgEIAEoCBIOCgZncm91cHMYBSADKAkSFgoOcmVjb3Zlcl9ncm91cHMYBiADKAkiFAoSR2V0UmVnaXN0cnlSZXF1ZXN0IpIBChNHZXRSZWdpc3RyeVJlc3BvbnNlEg8KB3Byb2plY3QYASABKAkSEQoJbmFtZXNwYWNlGAIgASgJEioKBWxhbmVzGAMgAygLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVBY2Nlc3MSKwoGYm91bmRzGAQgASgLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVCb3VuZHMi2gIKDlB1Ymxpc2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIVCgJpZBgCIAEoCUIJukgGcgSIiCcBEjUKBGtpbmQYAyABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZEIKukgHggEEEAEgABIZCgZzY2hlbWEYBCABKAlCCbpIBnIEiIgnARIaCgdwYXlsb2FkGAUgASgMQgm6SAZ6BBiAgEASqQEKCnByb3ZlbmFuY2UYBiABKAlClAG6SJABugGBAQoZcHJvdmVuYW5jZS5ub19jcmVkZW50aWFscxIucHJvdmVuYW5jZSBtdXN0IG5vdCBjb250YWluIGlubGluZSBjcmVkZW50aWFscxo0IXRoaXMubWF0Y2hlcygnXltBLVphLXpdW0EtWmEtejAtOSsuLV0qOi8vW14vPyNdKkAnKdgBAXIGKIAQiAEBIlEKD1B1Ymxpc2hSZXNwb25zZRIrCgZyZWNvcmQYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIRCglkdXBsaWNhdGUYAiABKAgiagoTUHVibGlzaEJhdGNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESOgoHcmVjb3JkcxgCIAMoCzIcLmxhbmV3YXkubGFuZS52MS5CYXRjaFJlY29yZEILukgIkgEFCAEQgAEivgIKC0JhdGNoUmVjb3JkEhUKAmlkGAEgASgJQgm6SAZyBIiIJwESNQoEa2luZBgCIAEoDjIbLmxhbmV3YXkubGFuZS52MS5SZWNvcmRLaW5kQgq6SAeCAQQQASAAEhkKBnNjaGVtYRgDIAEoCUIJukgGcgSIiCcBEhoKB3BheWxvYWQYBCABKAxCCbpIBnoEGICAQBKpAQoKcHJvdmVuYW5jZRgFIAEoCUKUAbpIkAG6AYEBChlwcm92ZW5hbmNlLm5vX2NyZWRlbnRpYWxzEi5wcm92ZW5hbmNlIG11c3Qgbm90IGNvbnRhaW4gaW5saW5lIGNyZWRlbnRpYWxzGjQhdGhpcy5tYXRjaGVzKCdeW0EtWmEtel1bQS1aYS16MC05Ky4tXSo6Ly9bXi8/I10qQCcp2AEBcgYogBCIAQEiRwoUUHVibGlzaEJhdGNoUmVzcG9uc2USLwoHcmVzdWx0cxgBIAMoCzIeLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzdWx0IoABCg1QdWJsaXNoUmVzdWx0EjUKCXB1Ymxpc2hlZBgBIAEoCzIgLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzcG9uc2VIABItCgVlcnJvchgCIAEoCzIcLmxhbmV3YXkubGFuZS52MS5SZWNvcmRFcnJvckgAQgkKB291dGNvbWUiPAoLUmVjb3JkRXJyb3ISDAoEY29kZRgBIAEoCRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSJWCg1SZXBsYXlSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIOCgZjdXJzb3IYAiABKAQSHAoKbWF4X2V2ZW50cxgDIAEoDUIIukgFKgMYgAEifAoOUmVwbGF5UmVzcG9uc2USKwoGZXZlbnRzGAEgAygLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVSZWNvcmQSDgoGY3Vyc29yGAIgASgEEhYKDmZpcnN0X3JldGFpbmVkGAMgASgEEhUKDWxhc3Rfc2VxdWVuY2UYBCABKAQiOAoNRm9sbG93UmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESDgoGY3Vyc29yGAIgASgEIk0KDkZvbGxvd1Jlc3BvbnNlEisKBmV2ZW50cxgBIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg4KBmN1cnNvchgCIAEoBCJ4CgxDbGFpbVJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESNQoEd2FpdBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIMukgJqgEGIgIIPDIAIjQKDUNsYWltUmVzcG9uc2USIwoEd29yaxgBIAEoCzIVLmxhbmV3YXkubGFuZS52MS5Xb3JrIosBCgRXb3JrEisKBnJlY29yZBgBIAEoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg8KB3JlY2VpcHQYAiABKAkSDwoHYXR0ZW1wdBgDIAEoDRI0ChBsZWFzZV9leHBpcmVzX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKdAQoRQ2xhaW1CYXRjaFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESHgoLbWF4X3JlY29yZHMYAyABKA1CCbpIBioEGEAoARI1CgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgy6SAmqAQYiAgg8MgAiOQoSQ2xhaW1CYXRjaFJlc3BvbnNlEiMKBHdvcmsYASADKAsyFS5sYW5ld2F5LmxhbmUudjEuV29yayJICg9EZWxpdmVyeVJlY2VpcHQSGQoIc2VxdWVuY2UYASABKARCB7pIBDICIAASGgoHcmVjZWlwdBgCIAEoCUIJukgGcgSgiCcBIj0KDFJlY2VpcHRFcnJvchIMCgRjb2RlGAEgASgJEg4KBnJlYXNvbhgCIAEoCRIPCgdtZXNzYWdlGAMgASgJIoYBChFSZW5ld0JhdGNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARI+CghyZWNlaXB0cxgDIAMoCzIgLmxhbmV3YXkubGFuZS52MS5EZWxpdmVyeVJlY2VpcHRCCrpIB5IBBAgBEEAiewoLUmVuZXdSZXN1bHQSMQoHcmVuZXdlZBgBIAEoCzIeLmxhbmV3YXkubGFuZS52MS5SZW5ld1Jlc3BvbnNlSAASLgoFZXJyb3IYAiABKAsyHS5sYW5ld2F5LmxhbmUudjEuUmVjZWlwdEVycm9ySABCCQoHb3V0Y29tZSJDChJSZW5ld0JhdGNoUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmxhbmV3YXkubGFuZS52MS5SZW5ld1Jlc3VsdCKEAQoPQWNrQmF0Y2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEj4KCHJlY2VpcHRzGAMgAygLMiAubGFuZXdheS5sYW5lLnYxLkRlbGl2ZXJ5UmVjZWlwdEIKukgHkgEECAEQQCJ1CglBY2tSZXN1bHQSLQoFYWNrZWQYASABKAsyHC5sYW5ld2F5LmxhbmUudjEuQWNrUmVzcG9uc2VIABIuCgVlcnJvchgCIAEoCzIdLmxhbmV3YXkubGFuZS52MS5SZWNlaXB0RXJyb3JIAEIJCgdvdXRjb21lIj8KEEFja0JhdGNoUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLmxhbmV3YXkubGFuZS52MS5BY2tSZXN1bHQihQEKEE5hY2tCYXRjaFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESPgoIcmVjZWlwdHMYAyADKAsyIC5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnlSZWNlaXB0Qgq6SAeSAQQIARBAIngKCk5hY2tSZXN1bHQSLwoGbmFja2VkGAEgASgLMh0ubGFuZXdheS5sYW5lLnYxLk5hY2tSZXNwb25zZUgAEi4KBWVycm9yGAIgASgLMh0ubGFuZXdheS5sYW5lLnYxLlJlY2VpcHRFcnJvckgAQgkKB291dGNvbWUiQQoRTmFja0JhdGNoUmVzcG9uc2USLAoHcmVzdWx0cxgBIAMoCzIbLmxhbmV3YXkubGFuZS52MS5OYWNrUmVzdWx0IngKDFJlbmV3UmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiRQoNUmVuZXdSZXNwb25zZRI0ChBsZWFzZV9leHBpcmVzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ2CgpBY2tSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEhkKCHNlcXVlbmNlGAMgASgEQge6SAQyAiAAEhoKB3JlY2VpcHQYBCABKAlCCbpIBnIEoIgnASJOCgtBY2tSZXNwb25zZRIsCghhY2tlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJZHVwbGljYXRlGAIgASgIIncKC05hY2tSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEhkKCHNlcXVlbmNlGAMgASgEQge6SAQyAiAAEhoKB3JlY2VpcHQYBCABKAlCCbpIBnIEoIgnASJNCgxOYWNrUmVzcG9uc2USLAoIcmV0cnlfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYAiABKA0iSAoTSW5zcGVjdEdyb3VwUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnASJCChRJbnNwZWN0R3JvdXBSZXNwb25zZRIqCgVncm91cBgBIAEoCzIbLmxhbmV3YXkubGFuZS52MS5Hcm91cFN0YXRlIo4CCgpHcm91cFN0YXRlEgwKBGxhbmUYASABKAkSDQoFZ3JvdXAYAiABKAkSEAoIcmV2aXNpb24YAyABKAQSDgoGY3Vyc29yGAQgASgEEhYKDmZpcnN0X3JldGFpbmVkGAUgASgEEhUKDWxhc3Rfc2VxdWVuY2UYBiABKAQSFwoPbWlzc2luZ190aHJvdWdoGAcgASgEEg0KBXNsb3RzGAggASgNEhIKCm1heF9sZWRnZXIYCSABKA0SEwoLbGl2ZV9sZWFzZXMYCiABKA0SLQoKZGVsaXZlcmllcxgLIAMoCzIZLmxhbmV3YXkubGFuZS52MS5EZWxpdmVyeRISCgpyZWNvdmVyaWVzGAwgASgNIpECCghEZWxpdmVyeRIQCghzZXF1ZW5jZRgBIAEoBBIPCgdwcm9qZWN0GAIgASgJEg8KB2F0dGVtcHQYAyABKA0SLQoFc3RhdGUYBCABKA4yHi5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnlTdGF0ZRI0ChBsZWFzZV9leHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghyZXRyeV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIYWNrZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHJldGFpbmVkGAggASgIIkgKD0V4cGlyZWREZWxpdmVyeRIZCghzZXF1ZW5jZRgBIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAIgASgJQgm6SAZyBKCIJwEihAQKE1JlY292ZXJHcm91cFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESFQoCaWQYAyABKAlCCbpIBnIEiIgnARIZCghyZXZpc2lvbhgEIAEoBEIHukgEMgIgABIWCg5jdXJzb3JfdGhyb3VnaBgFIAEoBBI7CgdleHBpcmVkGAYgAygLMiAubGFuZXdheS5sYW5lLnYxLkV4cGlyZWREZWxpdmVyeUIIukgFkgECEBASHwoHbWlzc2luZxgHIAMoBEIOukgLkgEIEBAiBDICIAA6kQK6SI0CGoMBChJyZWNvdmVyLmF0X21vc3RfMTYSPmF0IG1vc3QgMTYgY29tYmluZWQgZXhwaXJlZCBhbmQgbWlzc2luZyBkZWxpdmVyaWVzIHBlciByZXF1ZXN0Gi1zaXplKHRoaXMuZXhwaXJlZCkgKyBzaXplKHRoaXMubWlzc2luZykgPD0gMTYahAEKGHJlY292ZXIudW5pcXVlX3NlcXVlbmNlcxItZXhwaXJlZCBhbmQgbWlzc2luZyBzZXF1ZW5jZXMgbXVzdCBub3QgcmVwZWF0GjkodGhpcy5leHBpcmVkLm1hcChlLCBlLnNlcXVlbmNlKSArIHRoaXMubWlzc2luZykudW5pcXVlKCkiRwoUUmVjb3Zlckdyb3VwUmVzcG9uc2USLwoGcmVzdWx0GAEgASgLMh8ubGFuZXdheS5sYW5lLnYxLlJlY292ZXJ5UmVzdWx0ItMBCg5SZWNvdmVyeVJlc3VsdBIKCgJpZBgBIAEoCRIPCgdwcm9qZWN0GAIgASgJEhYKDmN1cnNvcl90aHJvdWdoGAMgASgEEhcKD21pc3NpbmdfdGhyb3VnaBgEIAEoBBIwCgtleHBpcmF0aW9ucxgFIAMoCzIbLmxhbmV3YXkubGFuZS52MS5FeHBpcmF0aW9uEhAKCHJldmlzaW9uGAYgASgEEi8KC3JlY29yZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJACgpFeHBpcmF0aW9uEg8KB3Byb2plY3QYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSDwoHYXR0ZW1wdBgDIAEoDSpWCgpSZWNvcmRLaW5kEhsKF1JFQ09SRF9LSU5EX1VOU1BFQ0lGSUVEEAASFQoRUkVDT1JEX0tJTkRfRVZFTlQQARIUChBSRUNPUkRfS0lORF9XT1JLEAIqpQEKDURlbGl2ZXJ5U3RhdGUSHgoaREVMSVZFUllfU1RBVEVfVU5TUEVDSUZJRUQQABIZChVERUxJVkVSWV9TVEFURV9MRUFTRUQQARIiCh5ERUxJVkVSWV9TVEFURV9SRVRSWV9TQ0hFRFVMRUQQAhIbChdERUxJVkVSWV9TVEFURV9SRUxFQVNFRBADEhgKFERFTElWRVJZX1NUQVRFX0FDS0VEEAQyhQoKC0xhbmVTZXJ2aWNlEl0KC0dldFJlZ2lzdHJ5EiMubGFuZXdheS5sYW5lLnYxLkdldFJlZ2lzdHJ5UmVxdWVzdBokLmxhbmV3YXkubGFuZS52MS5HZXRSZWdpc3RyeVJlc3BvbnNlIgOQAgESUQoHUHVibGlzaBIfLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVxdWVzdBogLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzcG9uc2UiA5ACAhJgCgxQdWJsaXNoQmF0Y2gSJC5sYW5ld2F5LmxhbmUudjEuUHVibGlzaEJhdGNoUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoQmF0Y2hSZXNwb25zZSIDkAICEk4KBlJlcGxheRIeLmxhbmV3YXkubGFuZS52MS5SZXBsYXlSZXF1ZXN0Gh8ubGFuZXdheS5sYW5lLnYxLlJlcGxheVJlc3BvbnNlIgOQAgESUAoGRm9sbG93Eh4ubGFuZXdheS5sYW5lLnYxLkZvbGxvd1JlcXVlc3QaHy5sYW5ld2F5LmxhbmUudjEuRm9sbG93UmVzcG9uc2UiA5ACATABEkYKBUNsYWltEh0ubGFuZXdheS5sYW5lLnYxLkNsYWltUmVxdWVzdBoeLmxhbmV3YXkubGFuZS52MS5DbGFpbVJlc3BvbnNlElUKCkNsYWltQmF0Y2gSIi5sYW5ld2F5LmxhbmUudjEuQ2xhaW1CYXRjaFJlcXVlc3QaIy5sYW5ld2F5LmxhbmUudjEuQ2xhaW1CYXRjaFJlc3BvbnNlEkYKBVJlbmV3Eh0ubGFuZXdheS5sYW5lLnYxLlJlbmV3UmVxdWVzdBoeLmxhbmV3YXkubGFuZS52MS5SZW5ld1Jlc3BvbnNlEkUKA0FjaxIbLmxhbmV3YXkubGFuZS52MS5BY2tSZXF1ZXN0GhwubGFuZXdheS5sYW5lLnYxLkFja1Jlc3BvbnNlIgOQAgISSAoETmFjaxIcLmxhbmV3YXkubGFuZS52MS5OYWNrUmVxdWVzdBodLmxhbmV3YXkubGFuZS52MS5OYWNrUmVzcG9uc2UiA5ACAhJVCgpSZW5ld0JhdGNoEiIubGFuZXdheS5sYW5lLnYxLlJlbmV3QmF0Y2hSZXF1ZXN0GiMubGFuZXdheS5sYW5lLnYxLlJlbmV3QmF0Y2hSZXNwb25zZRJUCghBY2tCYXRjaBIgLmxhbmV3YXkubGFuZS52MS5BY2tCYXRjaFJlcXVlc3QaIS5sYW5ld2F5LmxhbmUudjEuQWNrQmF0Y2hSZXNwb25zZSIDkAICElcKCU5hY2tCYXRjaBIhLmxhbmV3YXkubGFuZS52MS5OYWNrQmF0Y2hSZXF1ZXN0GiIubGFuZXdheS5sYW5lLnYxLk5hY2tCYXRjaFJlc3BvbnNlIgOQAgISYAoMSW5zcGVjdEdyb3VwEiQubGFuZXdheS5sYW5lLnYxLkluc3BlY3RHcm91cFJlcXVlc3QaJS5sYW5ld2F5LmxhbmUudjEuSW5zcGVjdEdyb3VwUmVzcG9uc2UiA5ACARJgCgxSZWNvdmVyR3JvdXASJC5sYW5ld2F5LmxhbmUudjEuUmVjb3Zlckdyb3VwUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyR3JvdXBSZXNwb25zZSIDkAICYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
 
 /**
  * LaneRecord is the durable envelope of one accepted publication.
@@ -828,6 +828,414 @@ export const WorkSchema: GenMessage<Work> = /*@__PURE__*/
   messageDesc(file_laneway_lane_v1_lane_service, 18);
 
 /**
+ * ClaimBatchRequest asks for several eligible work records of a group.
+ *
+ * @generated from message laneway.lane.v1.ClaimBatchRequest
+ */
+export type ClaimBatchRequest = Message<"laneway.lane.v1.ClaimBatchRequest"> & {
+  /**
+   * The lane of the work.
+   *
+   * @generated from field: string lane = 1;
+   */
+  lane: string;
+
+  /**
+   * The claiming group.
+   *
+   * @generated from field: string group = 2;
+   */
+  group: string;
+
+  /**
+   * The most deliveries to lease, 1 to 64.
+   *
+   * @generated from field: uint32 max_records = 3;
+   */
+  maxRecords: number;
+
+  /**
+   * How long to wait for work when none is eligible: 0 (or unset) answers at
+   * once, at most 60 seconds.
+   *
+   * @generated from field: google.protobuf.Duration wait = 4;
+   */
+  wait?: Duration | undefined;
+};
+
+/**
+ * Describes the message laneway.lane.v1.ClaimBatchRequest.
+ * Use `create(ClaimBatchRequestSchema)` to create a new message.
+ */
+export const ClaimBatchRequestSchema: GenMessage<ClaimBatchRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 19);
+
+/**
+ * ClaimBatchResponse carries the leased deliveries.
+ *
+ * @generated from message laneway.lane.v1.ClaimBatchResponse
+ */
+export type ClaimBatchResponse = Message<"laneway.lane.v1.ClaimBatchResponse"> & {
+  /**
+   * The deliveries leased by this call, in the order they were selected
+   * (at most max_records; empty when no work was eligible).
+   *
+   * @generated from field: repeated laneway.lane.v1.Work work = 1;
+   */
+  work: Work[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.ClaimBatchResponse.
+ * Use `create(ClaimBatchResponseSchema)` to create a new message.
+ */
+export const ClaimBatchResponseSchema: GenMessage<ClaimBatchResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 20);
+
+/**
+ * DeliveryReceipt names one leased delivery by its sequence and receipt.
+ *
+ * @generated from message laneway.lane.v1.DeliveryReceipt
+ */
+export type DeliveryReceipt = Message<"laneway.lane.v1.DeliveryReceipt"> & {
+  /**
+   * The claimed record's sequence.
+   *
+   * @generated from field: uint64 sequence = 1;
+   */
+  sequence: bigint;
+
+  /**
+   * The receipt returned by Claim or ClaimBatch.
+   *
+   * @generated from field: string receipt = 2;
+   */
+  receipt: string;
+};
+
+/**
+ * Describes the message laneway.lane.v1.DeliveryReceipt.
+ * Use `create(DeliveryReceiptSchema)` to create a new message.
+ */
+export const DeliveryReceiptSchema: GenMessage<DeliveryReceipt> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 21);
+
+/**
+ * ReceiptError is the failure of one receipt of a batch, as the single call
+ * would have reported it.
+ *
+ * @generated from message laneway.lane.v1.ReceiptError
+ */
+export type ReceiptError = Message<"laneway.lane.v1.ReceiptError"> & {
+  /**
+   * The Connect code name (`aborted` for `lane_stale`, …).
+   *
+   * @generated from field: string code = 1;
+   */
+  code: string;
+
+  /**
+   * The lanes reason (`lane_stale`, …).
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * A message written for people; never the receipt.
+   *
+   * @generated from field: string message = 3;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message laneway.lane.v1.ReceiptError.
+ * Use `create(ReceiptErrorSchema)` to create a new message.
+ */
+export const ReceiptErrorSchema: GenMessage<ReceiptError> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 22);
+
+/**
+ * RenewBatchRequest extends several leases of one group.
+ *
+ * @generated from message laneway.lane.v1.RenewBatchRequest
+ */
+export type RenewBatchRequest = Message<"laneway.lane.v1.RenewBatchRequest"> & {
+  /**
+   * The lane of the work.
+   *
+   * @generated from field: string lane = 1;
+   */
+  lane: string;
+
+  /**
+   * The group that claimed it.
+   *
+   * @generated from field: string group = 2;
+   */
+  group: string;
+
+  /**
+   * The deliveries, 1 to 64.
+   *
+   * @generated from field: repeated laneway.lane.v1.DeliveryReceipt receipts = 3;
+   */
+  receipts: DeliveryReceipt[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.RenewBatchRequest.
+ * Use `create(RenewBatchRequestSchema)` to create a new message.
+ */
+export const RenewBatchRequestSchema: GenMessage<RenewBatchRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 23);
+
+/**
+ * RenewResult is the outcome of one receipt of a RenewBatch.
+ *
+ * @generated from message laneway.lane.v1.RenewResult
+ */
+export type RenewResult = Message<"laneway.lane.v1.RenewResult"> & {
+  /**
+   * The new lease expiry, or the receipt's own error.
+   *
+   * @generated from oneof laneway.lane.v1.RenewResult.outcome
+   */
+  outcome: {
+    /**
+     * The renewed lease.
+     *
+     * @generated from field: laneway.lane.v1.RenewResponse renewed = 1;
+     */
+    value: RenewResponse;
+    case: "renewed";
+  } | {
+    /**
+     * Why this lease was not renewed.
+     *
+     * @generated from field: laneway.lane.v1.ReceiptError error = 2;
+     */
+    value: ReceiptError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message laneway.lane.v1.RenewResult.
+ * Use `create(RenewResultSchema)` to create a new message.
+ */
+export const RenewResultSchema: GenMessage<RenewResult> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 24);
+
+/**
+ * RenewBatchResponse holds one result per receipt, in request order.
+ *
+ * @generated from message laneway.lane.v1.RenewBatchResponse
+ */
+export type RenewBatchResponse = Message<"laneway.lane.v1.RenewBatchResponse"> & {
+  /**
+   * The results.
+   *
+   * @generated from field: repeated laneway.lane.v1.RenewResult results = 1;
+   */
+  results: RenewResult[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.RenewBatchResponse.
+ * Use `create(RenewBatchResponseSchema)` to create a new message.
+ */
+export const RenewBatchResponseSchema: GenMessage<RenewBatchResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 25);
+
+/**
+ * AckBatchRequest completes several deliveries of one group.
+ *
+ * @generated from message laneway.lane.v1.AckBatchRequest
+ */
+export type AckBatchRequest = Message<"laneway.lane.v1.AckBatchRequest"> & {
+  /**
+   * The lane of the work.
+   *
+   * @generated from field: string lane = 1;
+   */
+  lane: string;
+
+  /**
+   * The group that claimed it.
+   *
+   * @generated from field: string group = 2;
+   */
+  group: string;
+
+  /**
+   * The deliveries, 1 to 64.
+   *
+   * @generated from field: repeated laneway.lane.v1.DeliveryReceipt receipts = 3;
+   */
+  receipts: DeliveryReceipt[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.AckBatchRequest.
+ * Use `create(AckBatchRequestSchema)` to create a new message.
+ */
+export const AckBatchRequestSchema: GenMessage<AckBatchRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 26);
+
+/**
+ * AckResult is the outcome of one receipt of an AckBatch.
+ *
+ * @generated from message laneway.lane.v1.AckResult
+ */
+export type AckResult = Message<"laneway.lane.v1.AckResult"> & {
+  /**
+   * The completion, or the receipt's own error.
+   *
+   * @generated from oneof laneway.lane.v1.AckResult.outcome
+   */
+  outcome: {
+    /**
+     * The completion.
+     *
+     * @generated from field: laneway.lane.v1.AckResponse acked = 1;
+     */
+    value: AckResponse;
+    case: "acked";
+  } | {
+    /**
+     * Why this delivery was not acknowledged.
+     *
+     * @generated from field: laneway.lane.v1.ReceiptError error = 2;
+     */
+    value: ReceiptError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message laneway.lane.v1.AckResult.
+ * Use `create(AckResultSchema)` to create a new message.
+ */
+export const AckResultSchema: GenMessage<AckResult> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 27);
+
+/**
+ * AckBatchResponse holds one result per receipt, in request order.
+ *
+ * @generated from message laneway.lane.v1.AckBatchResponse
+ */
+export type AckBatchResponse = Message<"laneway.lane.v1.AckBatchResponse"> & {
+  /**
+   * The results.
+   *
+   * @generated from field: repeated laneway.lane.v1.AckResult results = 1;
+   */
+  results: AckResult[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.AckBatchResponse.
+ * Use `create(AckBatchResponseSchema)` to create a new message.
+ */
+export const AckBatchResponseSchema: GenMessage<AckBatchResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 28);
+
+/**
+ * NackBatchRequest releases several deliveries of one group.
+ *
+ * @generated from message laneway.lane.v1.NackBatchRequest
+ */
+export type NackBatchRequest = Message<"laneway.lane.v1.NackBatchRequest"> & {
+  /**
+   * The lane of the work.
+   *
+   * @generated from field: string lane = 1;
+   */
+  lane: string;
+
+  /**
+   * The group that claimed it.
+   *
+   * @generated from field: string group = 2;
+   */
+  group: string;
+
+  /**
+   * The deliveries, 1 to 64.
+   *
+   * @generated from field: repeated laneway.lane.v1.DeliveryReceipt receipts = 3;
+   */
+  receipts: DeliveryReceipt[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.NackBatchRequest.
+ * Use `create(NackBatchRequestSchema)` to create a new message.
+ */
+export const NackBatchRequestSchema: GenMessage<NackBatchRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 29);
+
+/**
+ * NackResult is the outcome of one receipt of a NackBatch.
+ *
+ * @generated from message laneway.lane.v1.NackResult
+ */
+export type NackResult = Message<"laneway.lane.v1.NackResult"> & {
+  /**
+   * The scheduled retry, or the receipt's own error.
+   *
+   * @generated from oneof laneway.lane.v1.NackResult.outcome
+   */
+  outcome: {
+    /**
+     * The scheduled retry.
+     *
+     * @generated from field: laneway.lane.v1.NackResponse nacked = 1;
+     */
+    value: NackResponse;
+    case: "nacked";
+  } | {
+    /**
+     * Why this delivery was not released.
+     *
+     * @generated from field: laneway.lane.v1.ReceiptError error = 2;
+     */
+    value: ReceiptError;
+    case: "error";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message laneway.lane.v1.NackResult.
+ * Use `create(NackResultSchema)` to create a new message.
+ */
+export const NackResultSchema: GenMessage<NackResult> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 30);
+
+/**
+ * NackBatchResponse holds one result per receipt, in request order.
+ *
+ * @generated from message laneway.lane.v1.NackBatchResponse
+ */
+export type NackBatchResponse = Message<"laneway.lane.v1.NackBatchResponse"> & {
+  /**
+   * The results.
+   *
+   * @generated from field: repeated laneway.lane.v1.NackResult results = 1;
+   */
+  results: NackResult[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.NackBatchResponse.
+ * Use `create(NackBatchResponseSchema)` to create a new message.
+ */
+export const NackBatchResponseSchema: GenMessage<NackBatchResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 31);
+
+/**
  * RenewRequest extends a lease.
  *
  * @generated from message laneway.lane.v1.RenewRequest
@@ -867,7 +1275,7 @@ export type RenewRequest = Message<"laneway.lane.v1.RenewRequest"> & {
  * Use `create(RenewRequestSchema)` to create a new message.
  */
 export const RenewRequestSchema: GenMessage<RenewRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 19);
+  messageDesc(file_laneway_lane_v1_lane_service, 32);
 
 /**
  * RenewResponse is the extended lease.
@@ -888,7 +1296,7 @@ export type RenewResponse = Message<"laneway.lane.v1.RenewResponse"> & {
  * Use `create(RenewResponseSchema)` to create a new message.
  */
 export const RenewResponseSchema: GenMessage<RenewResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 20);
+  messageDesc(file_laneway_lane_v1_lane_service, 33);
 
 /**
  * AckRequest completes a delivery.
@@ -930,7 +1338,7 @@ export type AckRequest = Message<"laneway.lane.v1.AckRequest"> & {
  * Use `create(AckRequestSchema)` to create a new message.
  */
 export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 21);
+  messageDesc(file_laneway_lane_v1_lane_service, 34);
 
 /**
  * AckResponse confirms the completion.
@@ -958,7 +1366,7 @@ export type AckResponse = Message<"laneway.lane.v1.AckResponse"> & {
  * Use `create(AckResponseSchema)` to create a new message.
  */
 export const AckResponseSchema: GenMessage<AckResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 22);
+  messageDesc(file_laneway_lane_v1_lane_service, 35);
 
 /**
  * NackRequest releases a delivery for a later retry.
@@ -1000,7 +1408,7 @@ export type NackRequest = Message<"laneway.lane.v1.NackRequest"> & {
  * Use `create(NackRequestSchema)` to create a new message.
  */
 export const NackRequestSchema: GenMessage<NackRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 23);
+  messageDesc(file_laneway_lane_v1_lane_service, 36);
 
 /**
  * NackResponse is the scheduled retry.
@@ -1028,7 +1436,7 @@ export type NackResponse = Message<"laneway.lane.v1.NackResponse"> & {
  * Use `create(NackResponseSchema)` to create a new message.
  */
 export const NackResponseSchema: GenMessage<NackResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 24);
+  messageDesc(file_laneway_lane_v1_lane_service, 37);
 
 /**
  * InspectGroupRequest names the group to inspect.
@@ -1056,7 +1464,7 @@ export type InspectGroupRequest = Message<"laneway.lane.v1.InspectGroupRequest">
  * Use `create(InspectGroupRequestSchema)` to create a new message.
  */
 export const InspectGroupRequestSchema: GenMessage<InspectGroupRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 25);
+  messageDesc(file_laneway_lane_v1_lane_service, 38);
 
 /**
  * InspectGroupResponse is the group's ledger.
@@ -1077,7 +1485,7 @@ export type InspectGroupResponse = Message<"laneway.lane.v1.InspectGroupResponse
  * Use `create(InspectGroupResponseSchema)` to create a new message.
  */
 export const InspectGroupResponseSchema: GenMessage<InspectGroupResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 26);
+  messageDesc(file_laneway_lane_v1_lane_service, 39);
 
 /**
  * GroupState is the persisted cursor/lease ledger of one work group.
@@ -1178,7 +1586,7 @@ export type GroupState = Message<"laneway.lane.v1.GroupState"> & {
  * Use `create(GroupStateSchema)` to create a new message.
  */
 export const GroupStateSchema: GenMessage<GroupState> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 27);
+  messageDesc(file_laneway_lane_v1_lane_service, 40);
 
 /**
  * Delivery is one tracked work record in a group ledger.
@@ -1248,7 +1656,7 @@ export type Delivery = Message<"laneway.lane.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 28);
+  messageDesc(file_laneway_lane_v1_lane_service, 41);
 
 /**
  * ExpiredDelivery names an expired delivery by its original receipt.
@@ -1276,7 +1684,7 @@ export type ExpiredDelivery = Message<"laneway.lane.v1.ExpiredDelivery"> & {
  * Use `create(ExpiredDeliverySchema)` to create a new message.
  */
 export const ExpiredDeliverySchema: GenMessage<ExpiredDelivery> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 29);
+  messageDesc(file_laneway_lane_v1_lane_service, 42);
 
 /**
  * RecoverGroupRequest accepts an expired gap of a group explicitly.
@@ -1341,7 +1749,7 @@ export type RecoverGroupRequest = Message<"laneway.lane.v1.RecoverGroupRequest">
  * Use `create(RecoverGroupRequestSchema)` to create a new message.
  */
 export const RecoverGroupRequestSchema: GenMessage<RecoverGroupRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 30);
+  messageDesc(file_laneway_lane_v1_lane_service, 43);
 
 /**
  * RecoverGroupResponse is the durable recovery result.
@@ -1362,7 +1770,7 @@ export type RecoverGroupResponse = Message<"laneway.lane.v1.RecoverGroupResponse
  * Use `create(RecoverGroupResponseSchema)` to create a new message.
  */
 export const RecoverGroupResponseSchema: GenMessage<RecoverGroupResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 31);
+  messageDesc(file_laneway_lane_v1_lane_service, 44);
 
 /**
  * RecoveryResult is the audit record of one accepted recovery.
@@ -1425,7 +1833,7 @@ export type RecoveryResult = Message<"laneway.lane.v1.RecoveryResult"> & {
  * Use `create(RecoveryResultSchema)` to create a new message.
  */
 export const RecoveryResultSchema: GenMessage<RecoveryResult> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 32);
+  messageDesc(file_laneway_lane_v1_lane_service, 45);
 
 /**
  * Expiration records one retired delivery. It is not an acknowledgement.
@@ -1460,7 +1868,7 @@ export type Expiration = Message<"laneway.lane.v1.Expiration"> & {
  * Use `create(ExpirationSchema)` to create a new message.
  */
 export const ExpirationSchema: GenMessage<Expiration> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 33);
+  messageDesc(file_laneway_lane_v1_lane_service, 46);
 
 /**
  * RecordKind says whether a record is an event for subscribers or work for
@@ -1652,6 +2060,23 @@ export const LaneService: GenService<{
     output: typeof ClaimResponseSchema;
   },
   /**
+   * ClaimBatch leases up to `max_records` (1 to 64) eligible work records of
+   * a group in one call, each with its own receipt, attempt and lease, under
+   * the same rules as Claim (fairness between retries and fresh work,
+   * max_pending live leases, the group ledger's slots). One compare-and-set
+   * of the group ledger serves the whole batch. It answers the deliveries
+   * that were eligible — possibly fewer than asked, or none after waiting up
+   * to `wait`. Errors as for Claim; a capacity limit reached after some
+   * deliveries were leased answers those deliveries rather than an error.
+   *
+   * @generated from rpc laneway.lane.v1.LaneService.ClaimBatch
+   */
+  claimBatch: {
+    methodKind: "unary";
+    input: typeof ClaimBatchRequestSchema;
+    output: typeof ClaimBatchResponseSchema;
+  },
+  /**
    * Renew extends the lease of a claimed record. Errors: `lane_stale` when the
    * receipt no longer owns the delivery (expired and reassigned, acked,
    * retired by recovery, or issued to another project or group).
@@ -1686,6 +2111,40 @@ export const LaneService: GenService<{
     methodKind: "unary";
     input: typeof NackRequestSchema;
     output: typeof NackResponseSchema;
+  },
+  /**
+   * RenewBatch extends up to 64 leases of one group at once, each with its own
+   * result (the new expiry, or its own `lane_stale` error), in request order.
+   *
+   * @generated from rpc laneway.lane.v1.LaneService.RenewBatch
+   */
+  renewBatch: {
+    methodKind: "unary";
+    input: typeof RenewBatchRequestSchema;
+    output: typeof RenewBatchResponseSchema;
+  },
+  /**
+   * AckBatch completes up to 64 deliveries of one group at once, each with
+   * its own result, in request order. One compare-and-set of the group
+   * ledger serves the whole batch.
+   *
+   * @generated from rpc laneway.lane.v1.LaneService.AckBatch
+   */
+  ackBatch: {
+    methodKind: "unary";
+    input: typeof AckBatchRequestSchema;
+    output: typeof AckBatchResponseSchema;
+  },
+  /**
+   * NackBatch releases up to 64 deliveries of one group for later retries,
+   * each with its own result, in request order.
+   *
+   * @generated from rpc laneway.lane.v1.LaneService.NackBatch
+   */
+  nackBatch: {
+    methodKind: "unary";
+    input: typeof NackBatchRequestSchema;
+    output: typeof NackBatchResponseSchema;
   },
   /**
    * InspectGroup returns the whole persisted state of a group ledger, with the
