@@ -388,6 +388,7 @@ function readBounds(root: Record<string, unknown>): LaneBounds {
     maxBytes: integer("max_bytes"),
     maxPayload: integer("max_payload"),
     operationTimeoutMs: nanosToMillis(duration("operation_timeout")),
+    ledgerBytes: integer("ledger_bytes"),
   });
 }
 

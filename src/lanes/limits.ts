@@ -36,7 +36,8 @@ export type BoundKey =
   | "max_records"
   | "max_bytes"
   | "max_payload"
-  | "operation_timeout";
+  | "operation_timeout"
+  | "ledger_bytes";
 
 export interface DurationBound {
   readonly kind: "duration";
@@ -69,4 +70,5 @@ export const LANE_BOUND_RULES: Readonly<Record<BoundKey, DurationBound | Integer
   max_bytes: { kind: "integer", fallback: 1_073_741_824, min: 1_048_576, max: 1_099_511_627_776 },
   max_payload: { kind: "integer", fallback: 65_536, min: 1, max: 1_048_576 },
   operation_timeout: { kind: "duration", fallback: 10n * SECOND, min: 10n * MILLISECOND, max: 5n * MINUTE },
+  ledger_bytes: { kind: "integer", fallback: 268_435_456, min: 262_144, max: 1_099_511_627_776 },
 });

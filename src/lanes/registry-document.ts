@@ -64,6 +64,7 @@ export function registryDocument(config: Pick<LanesConfig, "namespace" | "princi
       max_bytes: b.maxBytes,
       max_payload: b.maxPayload,
       operation_timeout: d(b.operationTimeoutMs),
+      ledger_bytes: b.ledgerBytes,
     },
   };
 }

@@ -61,6 +61,8 @@ export interface LaneBounds {
   readonly maxPayload: number;
   /** Deadline of every broker operation. */
   readonly operationTimeoutMs: number;
+  /** Bytes of the namespace's shared group-ledger bucket (admission keeps headroom for completions). */
+  readonly ledgerBytes: number;
 }
 
 /** A separate broker for lanes (`url` in the file). */

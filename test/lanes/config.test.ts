@@ -326,6 +326,8 @@ const CASES: Case[] = [
   bound("max_payload", -1, "lanes: max_payload must be at least 1, got -1"),
   bound("max_payload", 1_048_577, "lanes: max_payload must be at most 1048576, got 1048577"),
   bound("operation_timeout", "9ms", "lanes: operation_timeout must be at least 10ms, got 9ms"),
+  bound("ledger_bytes", 262_143, "lanes: ledger_bytes must be at least 262144, got 262143"),
+  bound("ledger_bytes", 1_099_511_627_777, "lanes: ledger_bytes must be at most 1099511627776, got 1099511627777"),
   bound("operation_timeout", "5m0.000000001s", "lanes: operation_timeout must be at most 5m0s, got 5m0.000000001s"),
   bound("operation_timeout", 9_999_999, "lanes: operation_timeout must be at least 10ms, got 9.999999ms"),
 
@@ -526,6 +528,7 @@ describe("good configurations", () => {
       maxBytes: 1_073_741_824,
       maxPayload: 65_536,
       operationTimeoutMs: 10_000,
+      ledgerBytes: 268_435_456,
     });
     expect(config.tokens.get("atlas")?.reveal()).toBe(ATLAS);
     expect(config.tokens.get("beacon")?.equals(BEACON)).toBe(true);
@@ -571,12 +574,14 @@ describe("good configurations", () => {
         ...base(),
         lease: "1s", max_pending: 1, max_ledger: 1, retry_delay: "1ms", max_retry_delay: "1ms", ack_retention: "1s",
         retention: "1s", duplicate_window: "1s", max_records: 1, max_bytes: 1_048_576, max_payload: 1, operation_timeout: "10ms",
+        ledger_bytes: 262_144,
       }),
       ENV,
     );
     expect(low.bounds).toEqual({
       leaseMs: 1_000, maxPending: 1, maxLedger: 1, retryDelayMs: 1, maxRetryDelayMs: 1, ackRetentionMs: 1_000,
       retentionMs: 1_000, duplicateWindowMs: 1_000, maxRecords: 1, maxBytes: 1_048_576, maxPayload: 1, operationTimeoutMs: 10,
+      ledgerBytes: 262_144,
     });
 
     const high = parseLanesConfig(
@@ -584,14 +589,14 @@ describe("good configurations", () => {
         ...base(),
         lease: "1h", max_pending: 512, max_ledger: 512, retry_delay: "1h", max_retry_delay: "24h", ack_retention: "720h",
         retention: "8760h", duplicate_window: "24h", max_records: 1_000_000_000, max_bytes: 1_099_511_627_776,
-        max_payload: 1_048_576, operation_timeout: "5m",
+        max_payload: 1_048_576, operation_timeout: "5m", ledger_bytes: 1_099_511_627_776,
       }),
       ENV,
     );
     expect(high.bounds).toEqual({
       leaseMs: 3_600_000, maxPending: 512, maxLedger: 512, retryDelayMs: 3_600_000, maxRetryDelayMs: 86_400_000,
       ackRetentionMs: 2_592_000_000, retentionMs: 31_536_000_000, duplicateWindowMs: 86_400_000, maxRecords: 1_000_000_000,
-      maxBytes: 1_099_511_627_776, maxPayload: 1_048_576, operationTimeoutMs: 300_000,
+      maxBytes: 1_099_511_627_776, maxPayload: 1_048_576, operationTimeoutMs: 300_000, ledgerBytes: 1_099_511_627_776,
     });
   });
 
@@ -662,7 +667,7 @@ describe("the loaded configuration", () => {
 
   test("serializeRegistry is canonical JSON without tokens", () => {
     expect(serializeRegistry(config)).toBe(
-      '{"bounds":{"ack_retention":"24h0m0s","duplicate_window":"2m0s","lease":"30s","max_bytes":1073741824,"max_ledger":256,' +
+      '{"bounds":{"ack_retention":"24h0m0s","duplicate_window":"2m0s","lease":"30s","ledger_bytes":268435456,"max_bytes":1073741824,"max_ledger":256,' +
         '"max_payload":65536,"max_pending":64,"max_records":1000000,"max_retry_delay":"5m0s","operation_timeout":"10s",' +
         '"retention":"168h0m0s","retry_delay":"1s"},"lanes":[{"groups":{"summarizers":["beacon"]},"id":"measurements",' +
         '"owner":"atlas","publishers":["atlas","beacon"],"recoverers":{"summarizers":["beacon"]},"subscribers":["atlas","beacon"]}],' +

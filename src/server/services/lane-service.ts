@@ -227,6 +227,7 @@ function registryResponse(view: RegistryView): GetRegistryResponse {
       duplicateWindow: durationFromMs(b.duplicateWindowMs),
       maxRecords: BigInt(b.maxRecords),
       maxBytes: BigInt(b.maxBytes),
+      ledgerBytes: BigInt(b.ledgerBytes),
     }),
   });
 }
