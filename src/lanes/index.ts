@@ -1,8 +1,9 @@
 /**
  * Durable lanes on NATS JetStream: the public surface of the lanes core.
  *
- * Publication with reservations, batch publication, replay and follow
- * (this version); work groups answer `unimplemented` in the server.
+ * Publication with reservations, batch publication, replay and follow;
+ * work groups with fenced leases, batch claims and acknowledgements,
+ * explicit recovery.
  */
 export { laneCapabilities, projectCapabilities, type LaneCapabilities } from "./capabilities.js";
 export { loadLanesConfig, parseLanesConfig, type LanesConfigOptions } from "./config.js";
@@ -14,6 +15,8 @@ export { PUBLISH_PAUSE_POINTS, type BatchOutcome, type PublishOutcome } from "./
 export { LaneRegistry, type LaneAccessView, type RegistryView } from "./registry.js";
 export { REGISTRY_FORMAT_VERSION, registryDocument, serializeRegistry } from "./registry-document.js";
 export { MAX_EVENTS, MAX_EXAMINED, type ReplayPage } from "./replay.js";
+export { MAX_RECOVERIES, MAX_RETIREMENTS, retryDelayMs } from "./group-ledger.js";
+export type { GroupInspection, Receipt, ReceiptOutcome, RecoverInput, RecoveryResult, WorkDelivery } from "./work-groups.js";
 export type { LaneBounds, LaneDefinition, LanePrincipal, LaneRecord, LanesBroker, LanesConfig, Publication, RecordKind } from "./types.js";
 export { lanesBrokerPermissions } from "./broker-permissions.js";
 export { metaBucket, recordSubject, reservationBucket, streamName } from "./names.js";

@@ -9,6 +9,7 @@ import { Publisher, type BatchOutcome, type PublishOutcome } from "./publisher.j
 import { LaneRegistry } from "./registry.js";
 import { MAX_EVENTS, Replayer, type ReplayPage } from "./replay.js";
 import type { LaneRecord, LanesConfig, Publication } from "./types.js";
+import { WorkGroups, type GroupInspection, type Receipt, type ReceiptOutcome, type RecoverInput, type RecoveryResult, type WorkDelivery } from "./work-groups.js";
 
 /**
  * Durable lanes as one object: the registry, publication, replay and
@@ -48,6 +49,19 @@ export interface LanesCore {
   replay(project: string, lane: string, cursor: number, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage>;
   /** Pages from the cursor, then new events as they are published, heartbeats while idle, until `signal` aborts. */
   follow(project: string, lane: string, cursor: number, signal: AbortSignal): AsyncGenerator<FollowPage>;
+  /** Leases up to `max` deliveries of a group, waiting up to `waitMs` when none is eligible. */
+  claim(project: string, lane: string, group: string, max: number, waitMs: number, signal?: AbortSignal): Promise<WorkDelivery[]>;
+  renew(project: string, lane: string, group: string, receipts: readonly Receipt[], signal?: AbortSignal): Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>;
+  ack(project: string, lane: string, group: string, receipts: readonly Receipt[], signal?: AbortSignal): Promise<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]>;
+  nack(
+    project: string,
+    lane: string,
+    group: string,
+    receipts: readonly Receipt[],
+    signal?: AbortSignal,
+  ): Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>;
+  inspect(project: string, lane: string, group: string, signal?: AbortSignal): Promise<GroupInspection>;
+  recover(input: RecoverInput, lane: string, group: string, signal?: AbortSignal): Promise<RecoveryResult>;
   close(): Promise<void>;
 }
 
@@ -71,6 +85,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     const publisher = new Publisher(store, namespace, registry, options.pausePoints ?? noPausePoints);
     const replayer = new Replayer(store, namespace, registry);
     const watchers = new LaneWatchers(store, config.namespace);
+    const groups = new WorkGroups(store, namespace, registry, watchers);
     const followers = new Map<string, number>();
     const heartbeatMs = options.heartbeatMs ?? FOLLOW_HEARTBEAT_MS;
 
@@ -108,6 +123,12 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           else followers.set(project, now);
         }
       },
+      claim: (project, lane, group, max, waitMs, signal) => groups.claim(project, lane, group, max, waitMs, signal),
+      renew: (project, lane, group, receipts, signal) => groups.renew(project, lane, group, receipts, signal),
+      ack: (project, lane, group, receipts, signal) => groups.ack(project, lane, group, receipts, signal),
+      nack: (project, lane, group, receipts, signal) => groups.nack(project, lane, group, receipts, signal),
+      inspect: (project, lane, group, signal) => groups.inspect(project, lane, group, signal),
+      recover: (input, lane, group, signal) => groups.recover(input, lane, group, signal),
       async close() {
         watchers.close();
         await own?.close();

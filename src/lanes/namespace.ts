@@ -6,9 +6,10 @@ import type { Logger } from "../log/logger.js";
 import type { BrokerConnection } from "../nats/index.js";
 import { LaneError } from "./errors.js";
 import { LaneStore } from "./lane-store.js";
-import { GENERATION_KEY, laneSubjects, metaBucket, reservationBucket, streamName } from "./names.js";
+import { GENERATION_KEY, groupBucket, laneSubjects, metaBucket, reservationBucket, streamName } from "./names.js";
 import { serializeRegistry } from "./registry-document.js";
 import type { LanesConfig } from "./types.js";
+import { minimumLedgerBytes } from "./ledger-capacity.js";
 
 /**
  * The namespace generation: the registry and the delivery bounds, stored in
@@ -41,6 +42,8 @@ export interface Namespace {
   /** Lane id → its stream name. */
   readonly streams: ReadonlyMap<string, string>;
   readonly reservations: string;
+  /** The shared group-ledger bucket. */
+  readonly groups: string;
 }
 
 interface Wanted {
@@ -56,10 +59,13 @@ function bucketSettings(config: LanesConfig, replicas: number) {
     { what: "the namespace generation bucket", bucket: metaBucket(ns), history: 1, ttlMs: 0 },
     // A reservation lives as long as the records it fences.
     { what: "the publish reservation bucket", bucket: reservationBucket(ns), history: 1, ttlMs: config.bounds.retentionMs },
-  ].map((b) => ({ ...b, replicas }));
+    // Group ledgers share ledger_bytes; admission keeps headroom in it (work-groups.ts).
+    { what: "the group ledger bucket", bucket: groupBucket(ns), history: 1, ttlMs: 0, maxBytes: config.bounds.ledgerBytes },
+  ].map((b) => ({ maxBytes: -1, ...b, replicas }));
 }
 
 export async function openNamespace(broker: BrokerConnection, config: LanesConfig, replicas: number, log: Logger): Promise<Namespace> {
+  checkLedgerBytes(config);
   await waitConnected(broker);
   const store = new LaneStore(broker, config.bounds.operationTimeoutMs);
   const ns = config.namespace;
@@ -111,6 +117,7 @@ export async function openNamespace(broker: BrokerConnection, config: LanesConfi
             replicas: bucket.replicas,
             storage: StorageType.File,
             ...(bucket.ttlMs > 0 ? { ttl: bucket.ttlMs } : {}),
+            ...(bucket.maxBytes > 0 ? { max_bytes: bucket.maxBytes } : {}),
           }),
         "creating a bucket",
       );
@@ -140,7 +147,22 @@ export async function openNamespace(broker: BrokerConnection, config: LanesConfi
     }
     throw new CoreStartupError("lanes", "unavailable", `lanes: namespace ${ns} could not be opened on the message broker`, { cause: error });
   }
-  return { config, replicas, streams, reservations: reservationBucket(ns) };
+  return { config, replicas, streams, reservations: reservationBucket(ns), groups: groupBucket(ns) };
+}
+
+/**
+ * ledger_bytes must hold the headroom of the largest single write plus at
+ * least one group with one slot, or no group could ever be admitted.
+ */
+function checkLedgerBytes(config: LanesConfig): void {
+  const needed = minimumLedgerBytes(config);
+  if (config.bounds.ledgerBytes < needed) {
+    throw new CoreStartupError(
+      "lanes",
+      "state_conflict",
+      `lanes: ledger_bytes is ${config.bounds.ledgerBytes}, but this registry and max_ledger need at least ${needed} to admit one group`,
+    );
+  }
 }
 
 async function waitConnected(broker: BrokerConnection): Promise<void> {
@@ -213,9 +235,10 @@ function compareStream(wanted: Wanted, info: StreamInfo): void {
   }
 }
 
-function compareBucket(bucket: { what: string; history: number; ttlMs: number; replicas: number }, info: StreamInfo): void {
+function compareBucket(bucket: { what: string; history: number; ttlMs: number; replicas: number; maxBytes: number }, info: StreamInfo): void {
   const config = info.config;
   const differing: string[] = [];
+  if (config.max_bytes !== bucket.maxBytes) differing.push("max_bytes");
   if (config.max_msgs_per_subject !== bucket.history) differing.push("history");
   if (config.max_age !== bucket.ttlMs * 1_000_000) differing.push("ttl");
   if (config.num_replicas !== bucket.replicas) differing.push("replicas");

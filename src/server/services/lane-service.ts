@@ -1,6 +1,6 @@
 import { setMaxListeners } from "node:events";
 import { create } from "@bufbuild/protobuf";
-import { durationFromMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import {
   type GetRegistryResponse,
@@ -11,23 +11,33 @@ import {
   LaneService,
   PublishResponseSchema,
   PublishResultSchema,
+  ReceiptErrorSchema,
   RecordErrorSchema,
+  WorkSchema,
+  DeliveryState,
   RecordKind,
   type LaneRecord as LaneRecordMessage,
   type PublishResult,
 } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
-import { LaneError, type LaneRecord, type LanesCore, type PublishOutcome, type RecordKind as CoreRecordKind, type RegistryView } from "../../lanes/index.js";
+import {
+  LaneError,
+  type LaneRecord,
+  type LanesCore,
+  type PublishOutcome,
+  type RecordKind as CoreRecordKind,
+  type RegistryView,
+  type WorkDelivery,
+} from "../../lanes/index.js";
 import { safeErrorFields, type Logger } from "../../log/logger.js";
 import { principalOf } from "../auth.js";
 import { codeOfReason } from "../error-mapping.js";
 import { notBuilt } from "../not-built.js";
 
 /**
- * LaneService: decode, authorize, call the lanes core, encode. Work groups
- * (claims, acks, recovery) arrive with the next part of the lanes core and
- * answer `unimplemented` until then. The service is served even without a
- * lanes configuration, so that callers get the documented `unauthenticated`
- * (no project token exists) rather than a bare 404.
+ * LaneService: decode, authorize, call the lanes core, encode. The service
+ * is served even without a lanes configuration, so that callers get the
+ * documented `unauthenticated` (no project token exists) rather than a bare
+ * 404.
  */
 
 const kinds: Record<CoreRecordKind, RecordKind> = { event: RecordKind.EVENT, work: RecordKind.WORK };
@@ -157,37 +167,157 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
         yield { events: page.events.map(laneRecordMessage), cursor: BigInt(page.cursor) };
       }
     },
-    claim() {
-      throw notBuilt("lanes", "Claim (work groups with fenced leases)");
+    async claim(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const [work] = await lanes().claim(project, req.lane, req.group, 1, waitMs(req.wait), coreSignal(ctx, drain));
+      return work === undefined ? {} : { work: workMessage(work) };
     },
-    claimBatch() {
-      throw notBuilt("lanes", "ClaimBatch (work groups with fenced leases)");
+    async claimBatch(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const work = await lanes().claim(project, req.lane, req.group, req.maxRecords, waitMs(req.wait), coreSignal(ctx, drain));
+      return { work: work.map(workMessage) };
     },
-    renewBatch() {
-      throw notBuilt("lanes", "RenewBatch (work leases)");
+    async renew(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const [outcome] = await lanes().renew(project, req.lane, req.group, [receiptOf(req)], coreSignal(ctx));
+      return { leaseExpiresAt: timestampFromMs(okOf(outcome!).leaseExpiresAt) };
     },
-    ackBatch() {
-      throw notBuilt("lanes", "AckBatch (work completion)");
+    async renewBatch(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const outcomes = await lanes().renew(project, req.lane, req.group, req.receipts.map(receiptOf), coreSignal(ctx));
+      return {
+        results: outcomes.map((o) =>
+          "ok" in o ? { outcome: { case: "renewed" as const, value: { leaseExpiresAt: timestampFromMs(o.ok.leaseExpiresAt) } } } : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+        ),
+      };
     },
-    nackBatch() {
-      throw notBuilt("lanes", "NackBatch (work retry)");
+    async ack(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const [outcome] = await lanes().ack(project, req.lane, req.group, [receiptOf(req)], coreSignal(ctx));
+      const acked = okOf(outcome!);
+      return { ackedAt: timestampFromMs(acked.ackedAt), duplicate: acked.duplicate };
     },
-    renew() {
-      throw notBuilt("lanes", "Renew (work leases)");
+    async ackBatch(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const outcomes = await lanes().ack(project, req.lane, req.group, req.receipts.map(receiptOf), coreSignal(ctx));
+      return {
+        results: outcomes.map((o) =>
+          "ok" in o
+            ? { outcome: { case: "acked" as const, value: { ackedAt: timestampFromMs(o.ok.ackedAt), duplicate: o.ok.duplicate } } }
+            : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+        ),
+      };
     },
-    ack() {
-      throw notBuilt("lanes", "Ack (work completion)");
+    async nack(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const [outcome] = await lanes().nack(project, req.lane, req.group, [receiptOf(req)], coreSignal(ctx));
+      const nacked = okOf(outcome!);
+      return { retryAt: timestampFromMs(nacked.retryAt), attempt: nacked.attempt };
     },
-    nack() {
-      throw notBuilt("lanes", "Nack (work retry)");
+    async nackBatch(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const outcomes = await lanes().nack(project, req.lane, req.group, req.receipts.map(receiptOf), coreSignal(ctx));
+      return {
+        results: outcomes.map((o) =>
+          "ok" in o
+            ? { outcome: { case: "nacked" as const, value: { retryAt: timestampFromMs(o.ok.retryAt), attempt: o.ok.attempt } } }
+            : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+        ),
+      };
     },
-    inspectGroup() {
-      throw notBuilt("lanes", "InspectGroup (group ledgers)");
+    async inspectGroup(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const g = await lanes().inspect(project, req.lane, req.group, coreSignal(ctx));
+      return {
+        group: {
+          lane: g.lane,
+          group: g.group,
+          revision: BigInt(g.revision),
+          cursor: BigInt(g.cursor),
+          firstRetained: BigInt(g.firstRetained),
+          lastSequence: BigInt(g.lastSequence),
+          missingThrough: BigInt(g.missingThrough),
+          slots: g.slots,
+          maxLedger: g.maxLedger,
+          liveLeases: g.liveLeases,
+          recoveries: g.recoveries,
+          deliveries: g.deliveries.map((d) => ({
+            sequence: BigInt(d.sequence),
+            project: d.project,
+            attempt: d.attempt,
+            state: deliveryStates[d.state],
+            ...(d.leaseExpiresAt !== undefined ? { leaseExpiresAt: timestampFromMs(d.leaseExpiresAt) } : {}),
+            ...(d.retryAt !== undefined ? { retryAt: timestampFromMs(d.retryAt) } : {}),
+            ...(d.ackedAt !== undefined ? { ackedAt: timestampFromMs(d.ackedAt) } : {}),
+            retained: d.retained,
+          })),
+        },
+      };
     },
-    recoverGroup() {
-      throw notBuilt("lanes", "RecoverGroup (explicit gap recovery)");
+    async recoverGroup(req, ctx) {
+      const { project } = principalOf(ctx, "project");
+      const result = await lanes().recover(
+        {
+          id: req.id,
+          project,
+          revision: safeNumber(req.revision),
+          cursorThrough: safeNumber(req.cursorThrough),
+          expired: req.expired.map((e) => ({ sequence: safeNumber(e.sequence), receipt: e.receipt })),
+          missing: req.missing.map(safeNumber),
+        },
+        req.lane,
+        req.group,
+        coreSignal(ctx),
+      );
+      return {
+        result: {
+          id: result.id,
+          project: result.project,
+          cursorThrough: BigInt(result.cursorThrough),
+          missingThrough: BigInt(result.missingThrough),
+          expirations: result.expirations.map((x) => ({ project: x.project, sequence: BigInt(x.sequence), attempt: x.attempt })),
+          revision: BigInt(result.revision),
+          recordedAt: timestampFromMs(result.recordedAt),
+        },
+      };
     },
   };
+}
+
+const deliveryStates = {
+  leased: DeliveryState.LEASED,
+  retry_scheduled: DeliveryState.RETRY_SCHEDULED,
+  released: DeliveryState.RELEASED,
+  acked: DeliveryState.ACKED,
+} as const;
+
+function waitMs(wait: Duration | undefined): number {
+  return wait === undefined ? 0 : Number(wait.seconds) * 1_000 + Math.floor(wait.nanos / 1_000_000);
+}
+
+function receiptOf(item: { sequence: bigint; receipt: string }): { sequence: number; receipt: string } {
+  return { sequence: safeNumber(item.sequence), receipt: item.receipt };
+}
+
+function workMessage(work: WorkDelivery) {
+  return create(WorkSchema, {
+    record: laneRecordMessage(work.record),
+    receipt: work.receipt,
+    attempt: work.attempt,
+    leaseExpiresAt: timestampFromMs(work.leaseExpiresAt),
+  });
+}
+
+/** The single-receipt RPCs answer a receipt's own failure as the call's error. */
+function okOf<T>(outcome: { ok: T } | { error: unknown }): T {
+  if ("ok" in outcome) return outcome.ok;
+  throw outcome.error;
+}
+
+/** One receipt's failure in a batch, as the single call would have answered it (never the receipt). */
+function receiptError(error: unknown) {
+  if (error instanceof LaneError) return create(ReceiptErrorSchema, { code: codeName(codeOfReason(error.reason)), reason: error.reason, message: error.message });
+  return create(ReceiptErrorSchema, { code: "internal", reason: "internal", message: "internal error" });
 }
 
 /** A cursor beyond 2^53 cannot be a stream sequence: the core reports it as beyond the end. */

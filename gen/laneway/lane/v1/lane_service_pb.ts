@@ -1823,7 +1823,8 @@ export type RecoveryResult = Message<"laneway.lane.v1.RecoveryResult"> & {
   expirations: Expiration[];
 
   /**
-   * The group revision the recovery produced.
+   * The group revision the recovery was applied to: the one the request
+   * quoted (the same on every retry).
    *
    * @generated from field: uint64 revision = 6;
    */
