@@ -2,7 +2,10 @@ import { readFile } from "node:fs/promises";
 import { fromJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { BatchRecordSchema, LaneRecordSchema, LaneService, RecordKind, type BatchRecord } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { UsageError } from "./command.js";
+import { spawn } from "node:child_process";
+import { Participant, type ClaimedWork } from "../participant/index.js";
+import { ConnectError } from "@connectrpc/connect";
+import { describeFailure, parseCommand, parseUint, positionals, UsageError, withClient } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
 import { rpcCommand, type RpcInput } from "./rpc-command.js";
 
@@ -57,6 +60,90 @@ function receiptCommand(m: typeof method.renew | typeof method.ack | typeof meth
     request: (i) => ({ lane: i.arg("lane"), group: i.arg("group"), sequence: i.uint("sequence"), receipt: receiptOf(i) }),
   });
 }
+
+/**
+ * `laneway lanes work`: a participant that runs a command per claimed
+ * record, with the payload on its stdin: exit 0 acks, anything else nacks.
+ * Only records of the accepted (schema, publisher) pairs run; others are
+ * nacked unexecuted.
+ */
+const work: CommandSpec = {
+  name: "work",
+  usage: "work <lane> --group G --accept SCHEMA:PUBLISHER... [--concurrency N] -- <command> [args...]\n(the record arrives on stdin; LANEWAY_WORK_ID, _SEQUENCE, _PUBLISHER, _SCHEMA, _ATTEMPT are set)",
+  summary: "run a command for every claimed record: exit 0 acks it, anything else nacks it",
+  async run(args, io) {
+    const dash = args.indexOf("--");
+    if (dash === -1 || dash === args.length - 1) throw new UsageError("give the command to run after --");
+    const command = args.slice(dash + 1);
+    const { values, positionals: rest } = parseCommand(args.slice(0, dash), {
+      group: { type: "string" },
+      accept: { type: "string", multiple: true },
+      concurrency: { type: "string" },
+    });
+    const [lane] = positionals(rest, ["lane"]);
+    if (!values.group) throw new UsageError("--group is required");
+    const accepted = (values.accept ?? []).map((pair) => {
+      const match = /^([a-z][a-z0-9_-]*):([a-z][a-z0-9_-]*)$/.exec(pair);
+      if (!match) throw new UsageError("--accept takes SCHEMA:PUBLISHER (identifiers)");
+      return { schema: match[1]!, publisher: match[2]! };
+    });
+    if (accepted.length === 0) throw new UsageError("give at least one --accept SCHEMA:PUBLISHER: work is only run for what you accept");
+    const concurrency = Number(parseUint("concurrency", values.concurrency, 4n));
+    if (concurrency < 1 || concurrency > 256) throw new UsageError("--concurrency must be 1 to 256");
+    await withClient(LaneService, values, io, async (client) => {
+      const participant = new Participant({
+        client,
+        lane: lane!,
+        group: values.group!,
+        concurrency,
+        waitMs: 5_000,
+        onError: (error) => io.stderr(`lanes work: ${error instanceof ConnectError ? describeFailure(error) : (error as Error).message}\n`),
+      });
+      const runCommand = (claimed: ClaimedWork, signal: AbortSignal) =>
+        new Promise<void>((resolve, reject) => {
+          const child = spawn(command[0]!, command.slice(1), {
+            stdio: ["pipe", "inherit", "inherit"],
+            env: {
+              ...io.env,
+              LANEWAY_WORK_ID: claimed.id,
+              LANEWAY_WORK_SEQUENCE: String(claimed.sequence),
+              LANEWAY_WORK_PUBLISHER: claimed.project,
+              LANEWAY_WORK_SCHEMA: claimed.schema,
+              LANEWAY_WORK_ATTEMPT: String(claimed.attempt),
+            },
+          });
+          const onAbort = () => child.kill("SIGTERM");
+          signal.addEventListener("abort", onAbort, { once: true });
+          child.on("error", reject);
+          child.on("exit", (code) => {
+            signal.removeEventListener("abort", onAbort);
+            if (code === 0) resolve();
+            else reject(new Error(`the command exited with ${code}`));
+          });
+          child.stdin.on("error", () => {});
+          child.stdin.end(claimed.payload);
+        });
+      for (const { schema, publisher } of accepted) participant.handle(schema, publisher, runCommand);
+      let last = "";
+      const progress = setInterval(() => {
+        const { claimed, acked, nacked, inFlight } = participant.stats;
+        const line = `lanes work: claimed ${claimed}, acked ${acked}, nacked ${nacked}, in flight ${inFlight}`;
+        if (line !== last) io.stderr(`${line}\n`);
+        last = line;
+      }, 1_000);
+      const stop = () => void participant.stop();
+      io.signal.addEventListener("abort", stop, { once: true });
+      try {
+        await participant.run();
+      } finally {
+        clearInterval(progress);
+        io.signal.removeEventListener("abort", stop);
+        const { claimed, acked, nacked } = participant.stats;
+        io.stderr(`lanes work: stopped after claimed ${claimed}, acked ${acked}, nacked ${nacked}\n`);
+      }
+    });
+  },
+};
 
 export const lanesCommands: CommandGroup = {
   name: "lanes",
@@ -138,9 +225,18 @@ export const lanesCommands: CommandGroup = {
       options: { wait: { type: "string" } },
       request: (i) => ({ lane: i.arg("lane"), group: i.arg("group"), wait: durationFromMs(i.durationMs("wait")) }),
     }),
+    rpcCommand({
+      method: method.claimBatch,
+      usage: "claim-batch <lane> <group> [--max N] [--wait 10s]",
+      summary: "lease up to N (1 to 64) work records of a group at once",
+      args: ["lane", "group"],
+      options: { max: { type: "string" }, wait: { type: "string" } },
+      request: (i) => ({ lane: i.arg("lane"), group: i.arg("group"), maxRecords: Number(i.uint("max", 64n)), wait: durationFromMs(i.durationMs("wait")) }),
+    }),
     receiptCommand(method.renew, "extend a work lease"),
     receiptCommand(method.ack, "complete a claimed record"),
     receiptCommand(method.nack, "release a claimed record for a later retry"),
+    work,
     rpcCommand({
       method: method.inspectGroup,
       usage: "inspect <lane> <group>",

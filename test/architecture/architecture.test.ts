@@ -29,7 +29,8 @@ const allowed: Record<string, readonly string[]> = {
   startup: ["config", "lanes", "log"],
   client: ["kmap"],
   server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection"],
-  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors"],
+  participant: [],
+  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant"],
 };
 
 test("src/ has no import loop", () => {

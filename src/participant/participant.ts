@@ -1,0 +1,279 @@
+import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+
+/**
+ * A participant claims work of one group and runs it with handlers that
+ * were registered explicitly, each for one schema from one publisher:
+ *
+ * - a claimed record whose (schema, publisher) has no handler is nacked,
+ *   never executed — unregistered work is unhandled or unauthorized, and
+ *   lane membership is not a write authority;
+ * - a handler is bounded by its lease: it gets an AbortSignal that aborts
+ *   when the lease ends, and the participant renews the lease before it
+ *   does (a failed renewal aborts at once, since the lease is lost);
+ * - a handler that returns is acked; one that throws (or outlives its
+ *   lease) is nacked, which schedules a retry with the group's backoff;
+ * - claims are batched (ClaimBatch, long-polling when idle) up to the
+ *   concurrency, and acks, nacks and renewals of many handlers are combined
+ *   into batch calls;
+ * - `stop()` stops claiming, lets running handlers finish until their lease
+ *   ends (or the given grace), aborts and nacks what is still running, and
+ *   returns once every delivery is settled.
+ *
+ * Delivery is at least once: a handler must make its side effects
+ * idempotent (or fenced), and must honor its signal.
+ */
+
+/** What a handler receives. */
+export interface ClaimedWork {
+  readonly sequence: bigint;
+  /** The publisher (the record's authenticated project). */
+  readonly project: string;
+  readonly id: string;
+  readonly schema: string;
+  readonly payload: Uint8Array;
+  readonly provenance: string;
+  readonly attempt: number;
+}
+
+export type WorkHandler = (work: ClaimedWork, signal: AbortSignal) => Promise<void>;
+
+export interface ParticipantOptions {
+  /** A generated LaneService client with the participant's project token. */
+  readonly client: Client<typeof LaneService>;
+  readonly lane: string;
+  readonly group: string;
+  /** Handlers running at once (default 16). */
+  readonly concurrency?: number;
+  /** Most records per claim (default: the concurrency, at most 64). */
+  readonly batchSize?: number;
+  /** How long an idle claim waits for work (default 10 s, at most 60 s). */
+  readonly waitMs?: number;
+  /** Called for failures the participant handled itself (a failed ack, a lost lease); never with a receipt. */
+  readonly onError?: (error: unknown) => void;
+}
+
+/** Counters for progress displays. */
+export interface ParticipantStats {
+  claimed: number;
+  acked: number;
+  nacked: number;
+  inFlight: number;
+}
+
+interface Running {
+  readonly work: Work;
+  readonly controller: AbortController;
+  leaseExpiresAt: number;
+  renewTimer: NodeJS.Timeout | undefined;
+  endTimer: NodeJS.Timeout | undefined;
+}
+
+type Settlement = "ack" | "nack" | "renew";
+
+export class Participant {
+  readonly #options: Required<Omit<ParticipantOptions, "onError">> & Pick<ParticipantOptions, "onError">;
+  readonly #handlers = new Map<string, WorkHandler>();
+  readonly #running = new Set<Running>();
+  readonly #stopping = new AbortController();
+  readonly #pending: Record<Settlement, { work: Work; done: (ok: boolean) => void }[]> = { ack: [], nack: [], renew: [] };
+  #flushScheduled = false;
+  #slotFreed: (() => void) | undefined;
+  #loop: Promise<void> | undefined;
+  readonly stats: ParticipantStats = { claimed: 0, acked: 0, nacked: 0, inFlight: 0 };
+
+  constructor(options: ParticipantOptions) {
+    const concurrency = Math.max(1, options.concurrency ?? 16);
+    this.#options = {
+      client: options.client,
+      lane: options.lane,
+      group: options.group,
+      concurrency,
+      batchSize: Math.min(64, Math.max(1, options.batchSize ?? concurrency)),
+      waitMs: Math.min(60_000, Math.max(0, options.waitMs ?? 10_000)),
+      onError: options.onError,
+    };
+  }
+
+  /** Registers the handler of one schema from one publisher; nothing else is executed. */
+  handle(schema: string, publisher: string, handler: WorkHandler): this {
+    this.#handlers.set(`${schema}\n${publisher}`, handler);
+    return this;
+  }
+
+  /** Claims and runs work until `stop()`; resolves once everything claimed is settled. */
+  run(): Promise<void> {
+    this.#loop ??= this.#claimLoop();
+    return this.#loop;
+  }
+
+  /**
+   * Stops claiming; running handlers may finish until their lease ends or
+   * `graceMs` passes (whichever is first), then they are aborted and nacked.
+   */
+  async stop(graceMs = Number.POSITIVE_INFINITY): Promise<void> {
+    this.#stopping.abort();
+    this.#slotFreed?.();
+    if (Number.isFinite(graceMs)) {
+      setTimeout(() => {
+        for (const running of this.#running) running.controller.abort(new Error("the participant is stopping"));
+      }, graceMs).unref();
+    }
+    await this.#loop;
+  }
+
+  async #claimLoop(): Promise<void> {
+    const { client, lane, group, concurrency, batchSize, waitMs } = this.#options;
+    const signal = this.#stopping.signal;
+    while (!signal.aborted) {
+      const free = concurrency - this.#running.size;
+      if (free <= 0) {
+        await new Promise<void>((resolve) => (this.#slotFreed = resolve));
+        this.#slotFreed = undefined;
+        continue;
+      }
+      let work: Work[];
+      try {
+        const response = await client.claimBatch(
+          { lane, group, maxRecords: Math.min(free, batchSize), wait: { seconds: BigInt(Math.floor(waitMs / 1000)), nanos: (waitMs % 1000) * 1_000_000 } },
+          { signal },
+        );
+        work = response.work;
+      } catch (error) {
+        if (signal.aborted) break;
+        this.#options.onError?.(error);
+        // A capacity limit or an unavailable broker: back off briefly and claim again.
+        await sleep(ConnectError.from(error).code === Code.ResourceExhausted ? 200 : 1_000, signal);
+        continue;
+      }
+      for (const item of work) this.#start(item);
+    }
+    while (this.#running.size > 0) await new Promise<void>((resolve) => (this.#slotFreed = resolve));
+    await this.#flush();
+  }
+
+  #start(work: Work): void {
+    const record = work.record!;
+    this.stats.claimed += 1;
+    const handler = this.#handlers.get(`${record.schema}\n${record.project}`);
+    if (handler === undefined) {
+      // Unhandled or unauthorized: never executed.
+      void this.#settle("nack", work);
+      return;
+    }
+    const running: Running = {
+      work,
+      controller: new AbortController(),
+      leaseExpiresAt: timestampMs(work.leaseExpiresAt!),
+      renewTimer: undefined,
+      endTimer: undefined,
+    };
+    this.#running.add(running);
+    this.stats.inFlight = this.#running.size;
+    this.#scheduleLease(running);
+    const claimed: ClaimedWork = {
+      sequence: record.sequence,
+      project: record.project,
+      id: record.id,
+      schema: record.schema,
+      payload: record.payload,
+      provenance: record.provenance,
+      attempt: work.attempt,
+    };
+    void (async () => {
+      let outcome: Settlement = "ack";
+      try {
+        await handler(claimed, running.controller.signal);
+        if (running.controller.signal.aborted) outcome = "nack";
+      } catch {
+        outcome = "nack";
+      } finally {
+        clearTimeout(running.renewTimer);
+        clearTimeout(running.endTimer);
+      }
+      await this.#settle(outcome, work);
+      this.#running.delete(running);
+      this.stats.inFlight = this.#running.size;
+      this.#slotFreed?.();
+    })();
+  }
+
+  /** Renews at half the remaining lease; aborts the handler when the lease ends. */
+  #scheduleLease(running: Running): void {
+    clearTimeout(running.renewTimer);
+    clearTimeout(running.endTimer);
+    const remaining = running.leaseExpiresAt - Date.now();
+    running.endTimer = setTimeout(() => running.controller.abort(new Error("the lease ended")), Math.max(0, remaining));
+    running.renewTimer = setTimeout(
+      () => {
+        void this.#settle("renew", running.work).then((ok) => {
+          if (!ok) running.controller.abort(new Error("the lease was lost"));
+        });
+      },
+      Math.max(0, remaining / 2),
+    );
+  }
+
+  /** Queues an ack, nack or renewal; the queues are flushed together as batch calls. */
+  #settle(kind: Settlement, work: Work): Promise<boolean> {
+    return new Promise((resolve) => {
+      this.#pending[kind].push({ work, done: resolve });
+      if (!this.#flushScheduled) {
+        this.#flushScheduled = true;
+        setImmediate(() => void this.#flush());
+      }
+    });
+  }
+
+  async #flush(): Promise<void> {
+    this.#flushScheduled = false;
+    const { client, lane, group } = this.#options;
+    await Promise.all(
+      (["ack", "nack", "renew"] as const).map(async (kind) => {
+        const items = this.#pending[kind].splice(0);
+        for (let i = 0; i < items.length; i += 64) {
+          const chunk = items.slice(i, i + 64);
+          const receipts = chunk.map(({ work }) => ({ sequence: work.record!.sequence, receipt: work.receipt }));
+          try {
+            const results =
+              kind === "ack"
+                ? (await client.ackBatch({ lane, group, receipts })).results
+                : kind === "nack"
+                  ? (await client.nackBatch({ lane, group, receipts })).results
+                  : (await client.renewBatch({ lane, group, receipts })).results;
+            results.forEach((result, j) => {
+              const entry = chunk[j]!;
+              const ok = result.outcome.case !== "error";
+              if (kind === "ack" && ok) this.stats.acked += 1;
+              if (kind === "nack" && ok) this.stats.nacked += 1;
+              if (kind === "renew" && ok && result.outcome.case === "renewed") {
+                const running = [...this.#running].find((r) => r.work === entry.work);
+                if (running) {
+                  running.leaseExpiresAt = timestampMs(result.outcome.value.leaseExpiresAt!);
+                  this.#scheduleLease(running);
+                }
+              }
+              if (!ok) this.#options.onError?.(new Error(`${kind} of sequence ${entry.work.record!.sequence} failed: ${result.outcome.case === "error" ? result.outcome.value.reason : ""}`));
+              entry.done(ok);
+            });
+          } catch (error) {
+            // The lease runs out and the work is redelivered: at least once.
+            this.#options.onError?.(error);
+            for (const entry of chunk) entry.done(false);
+          }
+        }
+      }),
+    );
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    }, { once: true });
+  });
+}
