@@ -343,6 +343,8 @@ class GroupActor {
     const needsRange = claims.length > 0 || batch.some((op) => op.kind === "recover");
     let grownTo = 0;
     let capacityError: unknown;
+    // A recovery quotes a revision: compare it with the ledger as it is now, not as this process last saw it.
+    if (batch.some((op) => op.kind === "recover")) this.#cache = undefined;
     for (let attempt = 0; ; attempt++) {
       const state = await this.#ledgerFor(claims.length > 0, signal);
       if (state === undefined) {
@@ -511,7 +513,11 @@ class GroupActor {
       draft.changed = true;
     }
     const retained = new Set<number>();
-    for (const delivery of draft.eligibleRetries().slice(0, Math.max(wanted, 1) * 2)) {
+    // The retries a claim may pick, in the order its rotation picks them.
+    const eligible = draft.eligibleRetries().sort((x, y) => x.s - y.s);
+    const pivot = eligible.findIndex((d) => d.s > draft.rotation);
+    const rotated = pivot <= 0 ? eligible : [...eligible.slice(pivot), ...eligible.slice(0, pivot)];
+    for (const delivery of rotated.slice(0, Math.max(wanted, 1))) {
       if (this.#records.has(delivery.s)) {
         retained.add(delivery.s);
         continue;
