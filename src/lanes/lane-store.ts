@@ -79,10 +79,19 @@ export class LaneStore {
    * wait at once (the operation itself may still complete at the broker).
    */
   async run<T>(operation: () => Promise<T>, action: string, signal?: AbortSignal): Promise<T> {
+    const generation = this.broker.generation;
     try {
       return await raceSignal(operation(), signal);
     } catch (error) {
-      throw laneErrorOf(error, action, signal);
+      const translated = laneErrorOf(error, action, signal);
+      // nats.js fails requests pending when a connection closes with a bare
+      // `RequestError("connection closed")` that carries no typed cause; an
+      // operation whose connection was lost while it ran is unavailable,
+      // never an internal error.
+      if (!(translated instanceof LaneError) && classifyNatsError(translated).kind === "unknown" && (this.broker.state !== "connected" || this.broker.generation !== generation)) {
+        throw new LaneError("lane_unavailable", `the message broker is unavailable (${action}); retry with the same id`, { cause: translated });
+      }
+      throw translated;
     }
   }
 
@@ -343,8 +352,10 @@ export function laneErrorOf(error: unknown, action: string, signal?: AbortSignal
     const timedOut = isTimeoutReason(signal.reason);
     return new LaneError(timedOut ? "lane_timeout" : "lane_canceled", timedOut ? `the deadline passed while ${action}` : `the call was canceled while ${action}`);
   }
-  if (isAbort(error)) return new LaneError("lane_canceled", `the call was canceled while ${action}`);
   const failure: NatsFailure = classifyNatsError(error);
+  // nats.js names its own request timeout `TimeoutError` too: only an abort
+  // the broker classifier does not recognise is a cancellation.
+  if (isAbort(error) && failure.kind === "unknown") return new LaneError("lane_canceled", `the call was canceled while ${action}`);
   switch (failure.kind) {
     case "unavailable":
       return new LaneError("lane_unavailable", `the message broker is unavailable (${action}); retry with the same id`, { cause: failure });
