@@ -64,11 +64,21 @@ test("a refused call prints code, reason and message on one line and exits 1", a
 });
 
 test("an operation whose core is not built exits 1 with unimplemented", async () => {
+  const result = await cli(["hive", "members"], { LANEWAY_TOKEN: laneway.tokens.admin });
+  expect(result.code).toBe(1);
+  expect(result.stderr).toMatch(/^laneway: unimplemented \(unimplemented\): ListMembers/);
+});
+
+test("a refused publish exits 1 with its code and reason", async () => {
   const result = await cli(["lanes", "publish", "measurements", "--id", "one", "--kind", "event", "--schema", "s-v1", "--payload", "{}"], {
     LANEWAY_TOKEN: laneway.tokens.atlas,
   });
-  expect(result.code).toBe(1);
-  expect(result.stderr).toMatch(/^laneway: unimplemented \(unimplemented\): Publish/);
+  expect(result.code).toBe(0);
+  const again = await cli(["lanes", "publish", "measurements", "--id", "one", "--kind", "event", "--schema", "s-v1", "--payload", "{\"other\":1}"], {
+    LANEWAY_TOKEN: laneway.tokens.atlas,
+  });
+  expect(again.code).toBe(1);
+  expect(again.stderr).toMatch(/^laneway: aborted \(lane_conflict\): id one is already published/);
 });
 
 test("usage mistakes exit 2 without echoing arguments", async () => {

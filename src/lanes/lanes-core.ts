@@ -105,13 +105,17 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
         const hold = await watchers.hold(lane);
         try {
           let position = cursor;
+          let started = false;
           while (!signal.aborted) {
             const version = hold.version();
             const page = await replayer.page(lane, position, MAX_EVENTS, signal);
-            if (page.examined > 0) {
+            if (page.examined > 0 || !started) {
+              // The first page goes out at once, even empty: the follower
+              // learns the stream is open and its cursor checked.
+              started = true;
               position = page.cursor;
               yield { events: page.events, cursor: position };
-              continue;
+              if (page.examined > 0) continue;
             }
             const woken = await hold.wait(version, heartbeatMs, signal);
             if (!woken && !signal.aborted) yield { events: [], cursor: position };

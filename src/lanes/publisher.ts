@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
+import { JetStreamRejectedError } from "../nats/index.js";
 import { contentHash, decodeEnvelope, encodeEnvelope, recordOf, type Envelope } from "./envelope.js";
 import { LaneError } from "./errors.js";
 import type { LaneStore } from "./lane-store.js";
@@ -113,7 +114,17 @@ export class Publisher {
     // 2. Append under the reservation's generation.
     const envelope: Envelope = { lane, project, ...publication, createdAt: reservation.createdAt, generation: reservation.generation };
     const bytes = encodeEnvelope(envelope);
-    const appended = await this.store.append(subject, bytes, { msgID: reservation.generation, expectLastSubjectSequence: 0 }, signal);
+    let appended: Awaited<ReturnType<LaneStore["append"]>>;
+    try {
+      appended = await this.store.append(subject, bytes, { msgID: reservation.generation, expectLastSubjectSequence: 0 }, signal);
+    } catch (error) {
+      // The broker definitely refused the record (a full stream): a
+      // reservation this request just made fences nothing, so it goes.
+      if (createdNow && error instanceof LaneError && error.reason === "lane_unavailable" && isRefusal(error)) {
+        await this.store.kvDeleteAt(this.namespace.reservations, key, reservation.revision).catch(() => false);
+      }
+      throw error;
+    }
 
     // 3. Read back what the stream holds for this key.
     let stored: { sequence: number; envelope: Envelope };
@@ -185,6 +196,11 @@ export class Publisher {
     }
     return { hash: value.hash, generation: value.generation, createdAt: value.created_at, revision: entry.revision };
   }
+}
+
+/** A lane_unavailable that is the broker's definite "no" (capacity), not a lost or slow connection. */
+function isRefusal(error: LaneError): boolean {
+  return error.cause instanceof JetStreamRejectedError;
 }
 
 function conflict(id: string): LaneError {

@@ -319,6 +319,13 @@ function classifyAs(err: unknown, original: unknown): NatsFailure {
     if (inner instanceof ClosedConnectionError || inner instanceof DrainingConnectionError) {
       return new BrokerUnavailableError("connection_closed", cause);
     }
+    // nats.js fails the requests pending on a connection that closes with
+    // a RequestError("connection closed") that has no typed cause (or whose
+    // cause is another such RequestError): a lost connection, not an
+    // unknown failure.
+    if ((inner === undefined || inner instanceof RequestError) && /connection (closed|draining)/i.test(`${err.message} ${inner?.message ?? ""}`)) {
+      return new BrokerUnavailableError("connection_closed", cause);
+    }
     return inner === undefined ? new UnclassifiedBrokerError(cause) : classifyAs(inner, original);
   }
   if (err instanceof NoRespondersError) return new BrokerUnavailableError("no_responders", cause);

@@ -1991,7 +1991,9 @@ export const LaneService: GenService<{
    * the original record with `duplicate` set. Errors: `lane_invalid` (bad
    * fields, payload over the configured max_payload), `lane_forbidden` (the
    * project is not a publisher), `lane_conflict` (the same id was retained
-   * with a different kind, schema, payload or provenance), `lane_unavailable`
+   * with a different kind, schema, payload or provenance — final; or the
+   * publication's reservation expired or was replaced before it was confirmed
+   * — retry with the same id to learn what is stored), `lane_unavailable`
    * (broker down, stream full: capacity is never reported as success),
    * `lane_timeout`, `lane_canceled`. A failure does not prove that nothing was
    * stored: retry with the same id.
