@@ -19,9 +19,13 @@ export interface RunningProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `node --import tsx <script> ...args` and waits for its "listening on <url>" line. */
-export async function startListening(script: string, args: readonly string[], env: Record<string, string>): Promise<RunningProcess> {
-  const child = spawn(process.execPath, ["--import", "tsx", join(repoRoot, script), ...args], {
+/**
+ * Starts `node [...nodeArgs] --import tsx <script> ...args` and waits for its
+ * "listening on <url>" line. `nodeArgs` are Node's own flags (for example
+ * `--cpu-prof`).
+ */
+export async function startListening(script: string, args: readonly string[], env: Record<string, string>, nodeArgs: readonly string[] = []): Promise<RunningProcess> {
+  const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", join(repoRoot, script), ...args], {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", LANEWAY_LOG_LEVEL: "error", ...env },
     stdio: ["ignore", "pipe", "inherit"],

@@ -3,11 +3,13 @@
  * figures and ratios against a baseline measured in the same run.
  */
 import { kmapLane } from "./kmap-lane.js";
+import { lanesPublish } from "./lanes-publish.js";
 import { serverOverhead } from "./server-overhead.js";
 
 const benchmarks: Record<string, () => Promise<void>> = {
   "server-overhead": serverOverhead,
   "kmap-lane": kmapLane,
+  "lanes-publish": lanesPublish,
 };
 
 const selected = process.argv.slice(2);

@@ -1,0 +1,456 @@
+/**
+ * Lanes publish and replay: Laneway's Publish and PublishBatch against raw
+ * JetStream acknowledged publishes of the same payloads, and Laneway's
+ * Replay against a raw ordered consumer reading the same stream — all
+ * against one nats-server started by this benchmark, all measured in this
+ * run.
+ *
+ * Processes (each its own, so no client CPU is charged to the server):
+ * - nats-server (JetStream, a temporary store, a monitoring port), started
+ *   here; Laneway and every baseline use it;
+ * - `laneway serve --nats-url <that server> --lanes-config` with two lanes:
+ *   `measurements` (published to) and `history` (20,000 records, replayed);
+ * - bench/load-generator.ts: closed-loop Publish / PublishBatch (128
+ *   records a call) over Connect binary, HTTP/1.1, a fresh id per record;
+ * - bench/lanes-raw-publisher.ts: acknowledged `js.publish` of the same
+ *   payload bytes, one subject per message, to a stream created with the
+ *   lane stream's own configuration (copied from the broker);
+ * - bench/lanes-replay-reader.ts: Replay paging (128 events a page) on the
+ *   generated client, or an ordered consumer reading the `history` stream.
+ *
+ * Every Laneway publish run is checked: the lane stream must have grown by
+ * exactly the records the calls acknowledged (a batch answers HTTP 200 even
+ * when some of its records failed).
+ *
+ * CPU: the Laneway and nats-server processes' own CPU time (utime + stime
+ * from /proc) over each run, per record — robust where the machine is
+ * shared and wall-clock rates are noisy — and the raw publisher's CPU per
+ * message, as it reports it.
+ *
+ * Broker round trips: from the nats-server's monitoring port, the messages
+ * Laneway's own connection (named `laneway`) sent to the broker (each one a
+ * request or a publish that waits for its answer: one round trip) and
+ * received from it, per record published or per page replayed; and the
+ * server-wide in/out message counts per record for the raw baseline.
+ *
+ * `BENCH_CPU_PROF=<dir>` runs the Laneway process under `node --cpu-prof`
+ * and leaves the profile in `<dir>` (read it with Chrome DevTools or any
+ * .cpuprofile viewer).
+ *
+ * Reported: records/s (median of interleaved rounds) and the ratio to the
+ * raw baseline at the same number of requests in flight. Nothing is asserted.
+ */
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { create, toBinary } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import { LaneService, PublishBatchRequestSchema, PublishRequestSchema, RecordKind } from "../gen/laneway/lane/v1/lane_service_pb.js";
+import { createLanewayTransport } from "../src/client/transport.js";
+import { streamName } from "../src/lanes/index.js";
+import { EmbeddedNatsServer } from "../src/nats/index.js";
+import { benchSeconds, median, printTable, runJson, startListening } from "./harness.js";
+
+interface LoadResult {
+  completed: number;
+  failed: number;
+  seconds: number;
+  /** The load process's own CPU time, µs (the raw publisher reports it). */
+  cpuMicros?: number;
+}
+
+interface ReaderResult {
+  records: number;
+  pages: number;
+  passes: number;
+  seconds: number;
+  /** The reader process's own CPU time, µs. */
+  cpuMicros: number;
+}
+
+/** Broker message counts: server-wide, and per connection name (open connections only). */
+interface Counters {
+  inMsgs: number;
+  outMsgs: number;
+  byName: Map<string, { inMsgs: number; outMsgs: number }>;
+}
+
+const NAMESPACE = "bench";
+const PUBLISH_LANE = "measurements";
+const REPLAY_LANE = "history";
+const BATCH_SIZE = 128;
+const REPLAY_RECORDS = 20_000;
+const PAYLOAD_BYTES = 200;
+const RAW_SUBJECTS = "bench.raw.rec";
+const concurrencies = [1, 64] as const;
+const rounds = 3;
+/** 32 bytes replaced by a fresh 32-hex id per request (the load generator's placeholder rule for binary bodies). */
+const ID_PLACEHOLDER = "X".repeat(32);
+
+/** A printable 200-byte payload (a JSON reading padded to size), the same bytes everywhere. */
+function benchPayload(): Uint8Array {
+  const base = JSON.stringify({ sensor: "bench-sensor-0001", celsius: [21.5, 21.7, 21.6, 21.9], note: "" });
+  return Buffer.from(base.replace('"note":""', `"note":"${"x".repeat(PAYLOAD_BYTES - base.length)}"`), "utf8");
+}
+
+export async function lanesPublish(): Promise<void> {
+  const seconds = benchSeconds(3);
+  const started = Date.now();
+  const dir = await mkdtemp(join(tmpdir(), "laneway-bench-lanes-"));
+  const tokens = { ATLAS_LANE_TOKEN: randomBytes(32).toString("hex"), BEACON_LANE_TOKEN: randomBytes(32).toString("hex") };
+  const payload = benchPayload();
+  const monitorPort = await freePort();
+  const nats = await EmbeddedNatsServer.start({ storeDir: join(dir, "nats"), extraConfig: { http: `127.0.0.1:${monitorPort}` } });
+  const monitor = `http://127.0.0.1:${monitorPort}`;
+  const lanesPath = join(dir, "lanes.json");
+  await writeFile(
+    lanesPath,
+    JSON.stringify({
+      namespace: NAMESPACE,
+      principals: [
+        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
+        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
+      ],
+      lanes: [
+        { id: PUBLISH_LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
+        { id: REPLAY_LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
+      ],
+    }),
+  );
+  const profileDir = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined;
+  const laneway = await startListening(
+    "src/cli/main.ts",
+    ["serve", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "data"), "--nats-url", nats.url, "--lanes-config", lanesPath],
+    tokens,
+    profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] : [],
+  );
+  // The orchestrator's own connection reads stream state between runs, never during one.
+  const nc = await connect({ servers: nats.url, name: "bench-orchestrator" });
+  const jsm = await jetstreamManager(nc);
+  const laneStream = streamName(NAMESPACE, PUBLISH_LANE);
+  const replayStream = streamName(NAMESPACE, REPLAY_LANE);
+  const messagesIn = async (stream: string) => (await jsm.streams.info(stream)).state.messages;
+  const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+  /** A process's CPU time so far (user + system), µs. */
+  const cpuOf = async (pid: number) => {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) / ticksPerSecond) * 1e6;
+  };
+  const cpuNow = async () => ({ laneway: await cpuOf(laneway.child.pid!), nats: await cpuOf(nats.pid) });
+
+  async function counters(): Promise<Counters> {
+    const varz = (await (await fetch(`${monitor}/varz`)).json()) as { in_msgs: number; out_msgs: number };
+    const connz = (await (await fetch(`${monitor}/connz?limit=4096`)).json()) as { connections?: { name?: string; in_msgs: number; out_msgs: number }[] };
+    const byName = new Map<string, { inMsgs: number; outMsgs: number }>();
+    for (const c of connz.connections ?? []) {
+      const name = c.name ?? "";
+      const sum = byName.get(name) ?? { inMsgs: 0, outMsgs: 0 };
+      byName.set(name, { inMsgs: sum.inMsgs + c.in_msgs, outMsgs: sum.outMsgs + c.out_msgs });
+    }
+    return { inMsgs: varz.in_msgs, outMsgs: varz.out_msgs, byName };
+  }
+  const delta = (before: Counters, after: Counters, name?: string) => {
+    if (name === undefined) return { inMsgs: after.inMsgs - before.inMsgs, outMsgs: after.outMsgs - before.outMsgs };
+    const a = after.byName.get(name) ?? { inMsgs: 0, outMsgs: 0 };
+    const b = before.byName.get(name) ?? { inMsgs: 0, outMsgs: 0 };
+    return { inMsgs: a.inMsgs - b.inMsgs, outMsgs: a.outMsgs - b.outMsgs };
+  };
+
+  // The raw baseline's stream: the lane stream's own configuration, another name and subjects.
+  const laneConfig = (await jsm.streams.info(laneStream)).config;
+  const rawStream = "BENCH-RAW";
+  await jsm.streams.add({ ...(laneConfig as StreamConfig), name: rawStream, subjects: [`${RAW_SUBJECTS}.>`] });
+
+  const singleBody = toBinary(
+    PublishRequestSchema,
+    create(PublishRequestSchema, { lane: PUBLISH_LANE, id: `r${ID_PLACEHOLDER}`, kind: RecordKind.EVENT, schema: "reading-v1", payload }),
+  );
+  const batchBody = toBinary(
+    PublishBatchRequestSchema,
+    create(PublishBatchRequestSchema, {
+      lane: PUBLISH_LANE,
+      records: Array.from({ length: BATCH_SIZE }, (_, i) => ({ id: `r${ID_PLACEHOLDER}-${i}`, kind: RecordKind.EVENT, schema: "reading-v1", payload })),
+    }),
+  );
+
+  interface Run {
+    records: number;
+    calls: number;
+    seconds: number;
+    sent: number;
+    received: number;
+    /** CPU µs spent during the run: Laneway's process, nats-server's, and the load process's own (raw only). */
+    lanewayCpu: number;
+    natsCpu: number;
+    clientCpu: number | undefined;
+  }
+
+  async function lanewayPublish(kind: "single" | "batch", concurrency: number, runSeconds = seconds): Promise<Run> {
+    const perCall = kind === "single" ? 1 : BATCH_SIZE;
+    const body = kind === "single" ? singleBody : batchBody;
+    const before = await counters();
+    const streamBefore = await messagesIn(laneStream);
+    const cpuBefore = await cpuNow();
+    const result = await runJson<LoadResult>("bench/load-generator.ts", [
+      JSON.stringify({
+        url: laneway.url,
+        path: `/laneway.lane.v1.LaneService/${kind === "single" ? "Publish" : "PublishBatch"}`,
+        protocol: "binary",
+        token: tokens.ATLAS_LANE_TOKEN,
+        bodyTemplate: Buffer.from(body).toString("latin1"),
+        idPlaceholder: ID_PLACEHOLDER,
+        concurrency,
+        seconds: runSeconds,
+      }),
+    ]);
+    const cpuAfter = await cpuNow();
+    const after = await counters();
+    const stored = (await messagesIn(laneStream)) - streamBefore;
+    if (result.failed > 0 || stored !== result.completed * perCall) {
+      throw new Error(`Laneway ${kind} publish at ${concurrency} in flight: ${result.failed} failed calls; ${stored} records stored for ${result.completed * perCall} acknowledged`);
+    }
+    const own = delta(before, after, "laneway");
+    return {
+      records: stored,
+      calls: result.completed,
+      seconds: result.seconds,
+      sent: own.inMsgs,
+      received: own.outMsgs,
+      lanewayCpu: cpuAfter.laneway - cpuBefore.laneway,
+      natsCpu: cpuAfter.nats - cpuBefore.nats,
+      clientCpu: undefined,
+    };
+  }
+
+  async function rawPublish(concurrency: number, runSeconds = seconds): Promise<Run> {
+    const before = await counters();
+    const streamBefore = await messagesIn(rawStream);
+    const cpuBefore = await cpuNow();
+    const result = await runJson<LoadResult>("bench/lanes-raw-publisher.ts", [
+      JSON.stringify({ url: nats.url, subjectPrefix: `${RAW_SUBJECTS}.p`, payload: Buffer.from(payload).toString("base64"), concurrency, seconds: runSeconds }),
+    ]);
+    const cpuAfter = await cpuNow();
+    const after = await counters();
+    const stored = (await messagesIn(rawStream)) - streamBefore;
+    if (result.failed > 0 || stored !== result.completed) throw new Error(`raw publish at ${concurrency}: ${result.failed} failed; ${stored} stored for ${result.completed} acknowledged`);
+    // The publisher's connection is closed by now: the server-wide counts
+    // (nothing else publishes meanwhile) stand for it.
+    const all = delta(before, after);
+    return {
+      records: stored,
+      calls: result.completed,
+      seconds: result.seconds,
+      sent: all.inMsgs,
+      received: all.outMsgs,
+      lanewayCpu: cpuAfter.laneway - cpuBefore.laneway,
+      natsCpu: cpuAfter.nats - cpuBefore.nats,
+      clientCpu: result.cpuMicros,
+    };
+  }
+
+  interface ReadRun {
+    records: number;
+    pages: number;
+    seconds: number;
+    sent: number;
+    received: number;
+    lanewayCpu: number;
+    natsCpu: number;
+    clientCpu: number | undefined;
+  }
+
+  async function read(mode: "laneway" | "raw", concurrency: number): Promise<ReadRun> {
+    const before = await counters();
+    const spec =
+      mode === "laneway"
+        ? { mode, url: laneway.url, token: tokens.ATLAS_LANE_TOKEN, lane: REPLAY_LANE, concurrency, seconds }
+        : { mode, url: nats.url, stream: replayStream, concurrency, seconds };
+    const cpuBefore = await cpuNow();
+    const result = await runJson<ReaderResult>("bench/lanes-replay-reader.ts", [JSON.stringify(spec)]);
+    const cpuAfter = await cpuNow();
+    const after = await counters();
+    const own = mode === "laneway" ? delta(before, after, "laneway") : delta(before, after);
+    return {
+      records: result.records,
+      pages: result.pages,
+      seconds: result.seconds,
+      sent: own.inMsgs,
+      received: own.outMsgs,
+      lanewayCpu: cpuAfter.laneway - cpuBefore.laneway,
+      natsCpu: cpuAfter.nats - cpuBefore.nats,
+      clientCpu: result.cpuMicros,
+    };
+  }
+
+  try {
+    // The replayed lane: 20,000 events, published in batches before anything is measured.
+    const setupTransport = createLanewayTransport({ baseUrl: laneway.url, token: tokens.ATLAS_LANE_TOKEN, protocol: "connect-binary" });
+    const client = createClient(LaneService, setupTransport.transport);
+    for (let offset = 0; offset < REPLAY_RECORDS; offset += BATCH_SIZE * 8) {
+      await Promise.all(
+        Array.from({ length: 8 }, async (_, b) => {
+          const from = offset + b * BATCH_SIZE;
+          const count = Math.min(BATCH_SIZE, REPLAY_RECORDS - from);
+          if (count <= 0) return;
+          const answer = await client.publishBatch({
+            lane: REPLAY_LANE,
+            records: Array.from({ length: count }, (_, i) => ({ id: `h${from + i}`, kind: RecordKind.EVENT, schema: "reading-v1", payload })),
+          });
+          const failed = answer.results.filter((r) => r.outcome.case !== "published").length;
+          if (failed > 0) throw new Error(`${failed} records of the replay lane failed to publish`);
+        }),
+      );
+    }
+    setupTransport.close();
+    if ((await messagesIn(replayStream)) !== REPLAY_RECORDS) throw new Error("the replay lane does not hold the records published to it");
+
+    // Warm-up: JIT, connections, stream files.
+    await rawPublish(16, 1);
+    await lanewayPublish("single", 16, 1);
+    await lanewayPublish("batch", 4, 1);
+    await read("laneway", 1);
+    await read("raw", 1);
+
+    const targets = ["raw", "single", "batch"] as const;
+    const runs = new Map<string, Run[]>();
+    for (let round = 0; round < rounds; round++) {
+      for (const concurrency of concurrencies) {
+        for (const target of targets) {
+          const run = target === "raw" ? await rawPublish(concurrency) : await lanewayPublish(target, concurrency);
+          const key = `${target}@${concurrency}`;
+          runs.set(key, [...(runs.get(key) ?? []), run]);
+        }
+      }
+    }
+    const readRuns = new Map<string, ReadRun[]>();
+    for (let round = 0; round < rounds; round++) {
+      for (const concurrency of concurrencies) {
+        for (const mode of ["raw", "laneway"] as const) {
+          const key = `${mode}@${concurrency}`;
+          readRuns.set(key, [...(readRuns.get(key) ?? []), await read(mode, concurrency)]);
+        }
+      }
+    }
+    const elapsed = (Date.now() - started) / 1000;
+
+    const names = {
+      raw: "raw JetStream js.publish, acked (baseline)",
+      single: "Laneway Publish (Connect binary)",
+      batch: `Laneway PublishBatch, ${BATCH_SIZE}/call (Connect binary)`,
+    } as const;
+    const rate = (r: Run | ReadRun) => r.records / r.seconds;
+    /** A per-record figure over all rounds of a row (sums over sums, so no round's noise dominates). */
+    const perRecord = (list: readonly (Run | ReadRun)[], field: "sent" | "received" | "lanewayCpu" | "natsCpu" | "clientCpu", digits = 2) => {
+      const records = list.reduce((s, r) => s + r.records, 0);
+      if (list.some((r) => r[field] === undefined)) return "";
+      return (list.reduce((s, r) => s + (r[field] ?? 0), 0) / records).toFixed(digits);
+    };
+    console.log(`\nLanes publish: ${rounds} rounds of ${seconds}s, medians; ${PAYLOAD_BYTES} B payloads; one nats-server (JetStream, file storage)\n`);
+    const rows: string[][] = [];
+    const ratios = new Map<string, number>();
+    for (const concurrency of concurrencies) {
+      const base = median(runs.get(`raw@${concurrency}`)!.map(rate));
+      for (const target of targets) {
+        const list = runs.get(`${target}@${concurrency}`)!;
+        const value = median(list.map(rate));
+        ratios.set(`${target}@${concurrency}`, value / base);
+        rows.push([
+          names[target],
+          String(concurrency),
+          value.toFixed(0),
+          (value / base).toFixed(2),
+          median(list.map((r) => r.calls / r.seconds)).toFixed(0),
+          perRecord(list, "sent"),
+          perRecord(list, "received"),
+          target === "raw" ? "" : perRecord(list, "lanewayCpu", 0),
+          perRecord(list, "natsCpu", 0),
+          perRecord(list, "clientCpu", 0),
+        ]);
+      }
+    }
+    printTable(
+      ["target", "in flight", "records/s", "ratio to raw", "calls/s", "broker msgs sent/rec", "recv/rec", "Laneway CPU µs/rec", "nats-server CPU µs/rec", "client CPU µs/rec"],
+      rows,
+    );
+    console.log(
+      [
+        "",
+        `Rounds (records/s): ${[...runs.entries()].map(([key, list]) => `${key} ${list.map((r) => rate(r).toFixed(0)).join(", ")}`).join("; ")}.`,
+        "in flight: calls awaiting an answer (a PublishBatch call carries 128 records). Every Laneway record was checked",
+        "to be in the lane stream afterwards (stream growth = records acknowledged).",
+        "broker msgs sent/record: for Laneway, messages its connection sent to nats-server per record (each a request or",
+        "an acknowledged publish: one broker round trip), received = answers; for raw, all messages the server received",
+        "(the publish) and sent (the PubAck) per message.",
+        "CPU µs/rec: process CPU time (user + system, from /proc) over the runs of a row divided by the records they",
+        "published; client: the raw publisher's own process (Laneway's load generator is not counted).",
+      ].join("\n"),
+    );
+
+    console.log(`\nLanes replay: reading the ${REPLAY_RECORDS}-record lane from the start, again and again; ${rounds} rounds of ${seconds}s, medians\n`);
+    const readRows: string[][] = [];
+    for (const concurrency of concurrencies) {
+      const base = median(readRuns.get(`raw@${concurrency}`)!.map(rate));
+      for (const mode of ["raw", "laneway"] as const) {
+        const list = readRuns.get(`${mode}@${concurrency}`)!;
+        const value = median(list.map(rate));
+        ratios.set(`replay-${mode}@${concurrency}`, value / base);
+        const pages = list.reduce((s, r) => s + r.pages, 0);
+        readRows.push([
+          mode === "raw" ? "raw ordered consumer (baseline)" : "Laneway Replay, 128 events/page (Connect binary)",
+          String(concurrency),
+          value.toFixed(0),
+          (value / base).toFixed(2),
+          mode === "raw" ? "" : median(list.map((r) => r.pages / r.seconds)).toFixed(0),
+          mode === "raw" ? "" : (list.reduce((s, r) => s + r.sent, 0) / pages).toFixed(1),
+          mode === "raw" ? "" : (list.reduce((s, r) => s + r.received, 0) / pages).toFixed(1),
+          mode === "raw" ? "" : perRecord(list, "lanewayCpu", 1),
+          perRecord(list, "natsCpu", 1),
+          perRecord(list, "clientCpu", 1),
+        ]);
+      }
+    }
+    printTable(
+      ["reader", "readers", "records/s", "ratio to raw", "pages/s", "broker msgs sent/page", "recv/page", "Laneway CPU µs/rec", "nats-server CPU µs/rec", "reader CPU µs/rec"],
+      readRows,
+    );
+    const batchGoal = ratios.get("batch@64")!;
+    const replayGoal = ratios.get("replay-laneway@1")!;
+    console.log(
+      [
+        "",
+        `Rounds (records/s): ${[...readRuns.entries()].map(([key, list]) => `${key} ${list.map((r) => rate(r).toFixed(0)).join(", ")}`).join("; ")}.`,
+        "readers: concurrent readers, each paging (or consuming) the whole lane from its start; Laneway's answers",
+        "per page include every event's envelope decoded and re-encoded as Protobuf.",
+        "",
+        `Goals: PublishBatch at 64 in flight ≥ 0.2× raw JetStream: ${batchGoal.toFixed(2)}× (${batchGoal >= 0.2 ? "met" : "missed"}); ` +
+          `Replay ≥ 0.5× the raw ordered consumer (1 reader): ${replayGoal.toFixed(2)}× (${replayGoal >= 0.5 ? "met" : "missed"}).`,
+        profileDir ? `CPU profile of the Laneway process: ${profileDir}` : "",
+        `(lanes-publish took ${elapsed.toFixed(0)} s)`,
+      ]
+        .filter((line) => line !== "")
+        .join("\n"),
+    );
+  } finally {
+    await nc.close();
+    await laneway.stop();
+    await nats.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
