@@ -1,4 +1,4 @@
-import { laneSubjects, metaBucket, reservationBucket } from "./names.js";
+import { groupBucket, laneSubjects, metaBucket, reservationBucket } from "./names.js";
 
 /**
  * The NATS permissions Laneway's own credential needs for one lanes
@@ -7,7 +7,7 @@ import { laneSubjects, metaBucket, reservationBucket } from "./names.js";
  * to prove the list is complete. Participants never get any of these.
  */
 export function lanesBrokerPermissions(namespace: string): { publish: string[]; subscribe: string[] } {
-  const buckets = [metaBucket(namespace), reservationBucket(namespace)];
+  const buckets = [metaBucket(namespace), reservationBucket(namespace), groupBucket(namespace)];
   return {
     publish: [
       // The JetStream API: account check, streams and buckets (info, create), reads.
@@ -19,7 +19,7 @@ export function lanesBrokerPermissions(namespace: string): { publish: string[]; 
       "$JS.API.CONSUMER.CREATE.>",
       "$JS.API.CONSUMER.DELETE.>",
       "$JS.API.CONSUMER.MSG.NEXT.>",
-      // The namespace's KV buckets (reservations and the generation).
+      // The namespace's KV buckets (the generation, reservations, group ledgers).
       ...buckets.map((bucket) => `$KV.${bucket}.>`),
       // Records of every lane of the namespace.
       `laneway.${namespace}.>`,

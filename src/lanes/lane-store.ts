@@ -1,6 +1,6 @@
 import { DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamManager, StreamConfig, StreamInfo } from "@nats-io/jetstream";
-import { Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { Bucket, Kvm, type KV, type KvEntry } from "@nats-io/kv";
 import {
   BrokerConnection,
   classifyNatsError,
@@ -49,10 +49,33 @@ export interface StreamRange {
 export class LaneStore {
   #handles: Handles | undefined;
 
+  /**
+   * On a replicated namespace every read goes to the stream's leader: a
+   * direct get may be answered by a follower that has not yet applied the
+   * write this process just made (a record read back, a reservation
+   * rechecked), which would look like a conflict.
+   */
+  readonly #leaderReads: boolean;
+
   constructor(
     private readonly broker: BrokerConnection,
     private readonly timeoutMs: number,
-  ) {}
+    replicas = 1,
+  ) {
+    this.#leaderReads = replicas > 1;
+  }
+
+  /** One message of a stream, by sequence or last on a subject; null when none. */
+  async #getMessage(stream: string, query: { seq: number } | { last_by_subj: string }) {
+    const { jsm } = await this.#current();
+    if (!this.#leaderReads) return jsm.direct.getMessage(stream, query);
+    try {
+      return await jsm.streams.getMessage(stream, query);
+    } catch (error) {
+      if (isCode(error, JetStreamErrorCode.NoMessageFound)) return null;
+      throw error;
+    }
+  }
 
   /** The broker's current connection generation (a new value means earlier subscriptions are gone). */
   get generation(): number {
@@ -159,8 +182,7 @@ export class LaneStore {
   bySequence(stream: string, sequence: number, signal?: AbortSignal): Promise<StoredRecord | undefined> {
     return this.run(
       async () => {
-        const { jsm } = await this.#current();
-        const message = await jsm.direct.getMessage(stream, { seq: sequence });
+        const message = await this.#getMessage(stream, { seq: sequence });
         return message === null || message.seq !== sequence ? undefined : { sequence: message.seq, subject: message.subject, data: message.data };
       },
       "reading a record",
@@ -172,8 +194,7 @@ export class LaneStore {
   lastOnSubject(stream: string, subject: string, signal?: AbortSignal): Promise<StoredRecord | undefined> {
     return this.run(
       async () => {
-        const { jsm } = await this.#current();
-        const message = await jsm.direct.getMessage(stream, { last_by_subj: subject });
+        const message = await this.#getMessage(stream, { last_by_subj: subject });
         return message === null ? undefined : { sequence: message.seq, subject: message.subject, data: message.data };
       },
       "reading a record",
@@ -211,6 +232,8 @@ export class LaneStore {
     let bucket = handles.buckets.get(name);
     if (bucket === undefined) {
       bucket = await handles.kvm.open(name, { bindOnly: true, timeout: this.timeoutMs });
+      // Replicated: read keys from the leader (see #leaderReads).
+      if (this.#leaderReads && bucket instanceof Bucket) bucket.direct = false;
       handles.buckets.set(name, bucket);
     }
     return bucket;

@@ -81,7 +81,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
   try {
     const namespace = await openNamespace(broker, config, options.replicas, log);
     const registry = new LaneRegistry(config);
-    const store = new LaneStore(broker, config.bounds.operationTimeoutMs);
+    const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas);
     const publisher = new Publisher(store, namespace, registry, options.pausePoints ?? noPausePoints);
     const replayer = new Replayer(store, namespace, registry);
     const watchers = new LaneWatchers(store, config.namespace);

@@ -67,7 +67,7 @@ function bucketSettings(config: LanesConfig, replicas: number) {
 export async function openNamespace(broker: BrokerConnection, config: LanesConfig, replicas: number, log: Logger): Promise<Namespace> {
   checkLedgerBytes(config);
   await waitConnected(broker);
-  const store = new LaneStore(broker, config.bounds.operationTimeoutMs);
+  const store = new LaneStore(broker, config.bounds.operationTimeoutMs, replicas);
   const ns = config.namespace;
   const generationText = JSON.stringify({ state_format: STATE_FORMAT, registry: serializeRegistry(config) });
   const streams = new Map(config.lanes.map((lane) => [lane.id, streamName(ns, lane.id)]));
@@ -116,6 +116,8 @@ export async function openNamespace(broker: BrokerConnection, config: LanesConfi
             history: bucket.history,
             replicas: bucket.replicas,
             storage: StorageType.File,
+            // Direct gets may be answered by a follower; a replicated bucket is read from its leader.
+            allow_direct: bucket.replicas === 1,
             ...(bucket.ttlMs > 0 ? { ttl: bucket.ttlMs } : {}),
             ...(bucket.maxBytes > 0 ? { max_bytes: bucket.maxBytes } : {}),
           }),

@@ -31,7 +31,8 @@ import type { LaneRecord, Publication } from "./types.js";
  *    retrying with the same id resolves it).
  *
  * That is four broker round trips per new record (reserve, append, read
- * back, recheck); a reservation read comes first only when one exists.
+ * back, recheck); the reservation is read in step 1 only when the create
+ * finds one already there (a retry).
  * Keys become reusable once both the reservation (kept for the
  * namespace's retention) and the record have expired.
  */
@@ -164,11 +165,8 @@ export class Publisher {
 
   async #reserve(key: string, hash: string, id: string, signal?: AbortSignal): Promise<{ reservation: Reservation; createdNow: boolean }> {
     for (let attempt = 0; attempt < 3; attempt++) {
-      const existing = await this.#reservationAt(key, signal);
-      if (existing !== undefined) {
-        if (existing.hash !== hash) throw conflict(id);
-        return { reservation: existing, createdNow: false };
-      }
+      // Create first: a new key (the common case) costs one round trip; an
+      // existing reservation is read only when the create finds one.
       const fresh = { hash, generation: randomBytes(16).toString("hex"), createdAt: this.now() };
       const revision = await this.store.kvCreate(
         this.namespace.reservations,
@@ -177,7 +175,12 @@ export class Publisher {
         signal,
       );
       if (revision !== "exists") return { reservation: { ...fresh, revision }, createdNow: true };
-      // Another request reserved the key between the read and the create: read it again.
+      const existing = await this.#reservationAt(key, signal);
+      if (existing !== undefined) {
+        if (existing.hash !== hash) throw conflict(id);
+        return { reservation: existing, createdNow: false };
+      }
+      // The reservation expired between the create and the read: create again.
     }
     throw new LaneError("lane_unavailable", `the reservation of ${id} kept changing; retry with the same id`);
   }

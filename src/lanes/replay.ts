@@ -64,24 +64,31 @@ export class Replayer {
     const start = cursor === 0 ? Math.max(first, 1) : cursor + 1;
     const empty = { events: [], cursor, firstRetained, lastSequence: last, examined: 0 };
     if (start > last) return empty;
-    const count = Math.min(MAX_EXAMINED, last - start + 1);
-    const records = await this.store.readFrom(stream, start, count, signal);
     const events: LaneRecord[] = [];
     let examined = 0;
     let position = cursor;
     let expected = start;
-    for (const record of records) {
-      if (record.sequence !== expected) {
-        throw new LaneError("lane_cursor", `record ${expected} of lane ${lane} is missing from retention while it was being read: replay again`);
-      }
-      const envelope = decodeEnvelope(record.data);
-      if (envelope === undefined) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
-      examined += 1;
-      position = record.sequence;
-      expected += 1;
-      if (envelope.kind === "event") {
-        events.push(recordOf(envelope, record.sequence));
-        if (events.length >= maxEvents) break;
+    // Read no more than the page can still use: as many records as events
+    // are wanted, then more only while work records were skipped, within
+    // the examined bound and the lane's end.
+    while (events.length < maxEvents && examined < MAX_EXAMINED && expected <= last) {
+      const count = Math.min(maxEvents - events.length, MAX_EXAMINED - examined, last - expected + 1);
+      const records = await this.store.readFrom(stream, expected, count, signal);
+      // Nothing arrived in time: the page ends here, and the cursor has not passed anything unread.
+      if (records.length === 0) break;
+      for (const record of records) {
+        if (record.sequence !== expected) {
+          throw new LaneError("lane_cursor", `record ${expected} of lane ${lane} is missing from retention while it was being read: replay again`);
+        }
+        const envelope = decodeEnvelope(record.data);
+        if (envelope === undefined) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
+        examined += 1;
+        position = record.sequence;
+        expected += 1;
+        if (envelope.kind === "event") {
+          events.push(recordOf(envelope, record.sequence));
+          if (events.length >= maxEvents) break;
+        }
       }
     }
     return { events, cursor: position, firstRetained, lastSequence: last, examined };

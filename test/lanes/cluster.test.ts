@@ -18,13 +18,13 @@
  * test's own timestamps and printed for docs/operations.md; it is never
  * asserted (the time depends on the machine).
  *
- * Every failure is retried with the same id, as documented; failures other
- * than broker trouble are printed with their messages (they do not fail the
- * test unless retrying does not cure them). On 2.9.10 with `allow_direct`,
- * a follower answers direct gets and may not yet hold what the leader just
- * acknowledged, so a publish's read-back or reservation recheck can see a
- * stale copy and answer `lane_conflict` ("... retry with the same id") even
- * on a healthy cluster; the retry resolves it.
+ * Every failure is retried with the same id, as documented, and printed.
+ * A node loss must cause nothing but broker trouble (unavailable,
+ * timeout): anything else fails the test, with its message. A replicated namespace reads from the
+ * leaders: a follower answering a direct get may not yet hold what the
+ * leader just acknowledged, which would make a publish's read-back or
+ * reservation recheck see a stale copy (a false `lane_conflict`); on a
+ * healthy cluster nothing fails at all.
  */
 import { createHash } from "node:crypto";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -203,6 +203,8 @@ interface Outage {
   readonly failedSeconds: number;
   /** The same, for attempts that failed with `unavailable`. */
   readonly unavailableSeconds: number;
+  /** Failures that were not broker trouble (unavailable, timeout), with their messages. */
+  readonly notBrokerTrouble: readonly string[];
 }
 
 /** What the attempts around a node loss say, relative to the moment of the kill. */
@@ -227,8 +229,9 @@ function describeOutage(label: string, attempts: readonly Attempt[], killedAt: n
     }
   }
   const rel = (t: number) => ((t - killedAt) / 1000).toFixed(2);
+  const notBrokerTrouble = unexpected.splice(0);
   const lines = [
-    ...unexpected.splice(0).map((u) => `[cluster]   not broker trouble: ${u}`),
+    ...notBrokerTrouble.map((u) => `[cluster]   not broker trouble: ${u}`),
     `[cluster] ${label}: ${attempts.length} attempts, ${failed.length} failed, ${new Set(attempts.map((a) => a.id)).size} ids`,
     ...[...byCode.entries()].map(
       ([code, list]) =>
@@ -238,7 +241,7 @@ function describeOutage(label: string, attempts: readonly Attempt[], killedAt: n
       `publishes failed for ${span(failed).toFixed(2)} s, with unavailable for ${span(unavailable).toFixed(2)} s`,
   ];
   console.log(lines.join("\n"));
-  return { stalledSeconds: stalled / 1000, failedSeconds: span(failed), unavailableSeconds: span(unavailable) };
+  return { stalledSeconds: stalled / 1000, failedSeconds: span(failed), unavailableSeconds: span(unavailable), notBrokerTrouble };
 }
 
 /** The node currently leading `stream`, as the running nodes report it. */
@@ -320,6 +323,9 @@ async function killWhilePublishing(victim: NatsClusterNode, prefix: string, labe
       `new leaders reported after ${[...elected.entries()].map(([s, t]) => `${names[s]} ${t.toFixed(2)} s`).join(", ") || "-"}`,
   );
   const outage = describeOutage(label, attempts, killedAt);
+  // Reads go to the leaders of a replicated namespace: a node loss costs
+  // unavailability and timeouts, never a false conflict or an internal error.
+  expect(outage.notBrokerTrouble).toEqual([]);
   return { attempts, outage, killedAt };
 }
 
@@ -375,6 +381,9 @@ describe("lanes on a 3-node JetStream cluster (--replicas 3)", () => {
         `${attempts.filter((a) => a.failure).length} of ${attempts.length} single publishes failed\n` +
         [...batchFailures, ...unexpected.splice(0)].map((f) => `[cluster]   ${f}`).join("\n"),
     );
+    // A healthy cluster fails nothing: read-backs and rechecks see what the leader acknowledged.
+    expect(batchFailures).toEqual([]);
+    expect(attempts.filter((a) => a.failure !== undefined)).toEqual([]);
     const beacon = laneway.clients.client(LaneService, { token: laneway.tokens.beacon });
     await expectExactlyAcknowledged(beacon);
 

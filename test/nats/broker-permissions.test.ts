@@ -11,8 +11,8 @@ import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.j
 /**
  * With `--nats-url`, Laneway needs exactly the permissions docs/operations.md
  * lists (lanesBrokerPermissions): a server whose only user holds exactly
- * those serves publication, batches, replay, follow, duplicates and
- * conflicts — any missing grant would fail one of them — and the same
+ * those serves publication, batches, replay, follow, duplicates,
+ * conflicts and work claims — any missing grant would fail one of them — and the same
  * credential cannot, for example, delete a lane's stream.
  */
 
@@ -46,7 +46,7 @@ afterAll(async () => {
   await nats?.remove();
 });
 
-test("publication, batches, duplicates, conflicts, replay and follow work with exactly the documented permissions", async () => {
+test("publication, batches, duplicates, conflicts, replay, follow and work claims work with exactly the documented permissions", async () => {
   const atlas = laneway.clients.client(LaneService, { token: laneway.tokens.atlas });
   const beacon = laneway.clients.client(LaneService, { token: laneway.tokens.beacon, protocol: "grpc" });
   const first = await atlas.publish({ lane: "measurements", id: "p-one", kind: RecordKind.EVENT, schema: "probe-v1", payload: new Uint8Array([1]) });
@@ -81,6 +81,20 @@ test("publication, batches, duplicates, conflicts, replay and follow work with e
   await following;
   abort.abort();
   expect(seen).toEqual(["after-follow"]);
+
+  // The work record b-two through the group: claim, renew, nack, claim again, ack.
+  const claimed = (await beacon.claim({ lane: "measurements", group: "summarizers" })).work;
+  expect(claimed?.record?.id).toBe("b-two");
+  const receipt = { lane: "measurements", group: "summarizers", sequence: claimed!.record!.sequence, receipt: claimed!.receipt };
+  await beacon.renew(receipt);
+  await beacon.nack(receipt);
+  // The retry becomes eligible after its backoff; the long poll waits for it.
+  const retried = (await beacon.claimBatch({ lane: "measurements", group: "summarizers", maxRecords: 4, wait: { seconds: 30n } })).work;
+  expect(retried.map((w) => [w.record?.id, w.attempt])).toEqual([["b-two", 2]]);
+  await beacon.ack({ lane: "measurements", group: "summarizers", sequence: retried[0]!.record!.sequence, receipt: retried[0]!.receipt });
+  const inspected = await beacon.inspectGroup({ lane: "measurements", group: "summarizers" });
+  expect(inspected.group?.liveLeases).toBe(0);
+  expect(inspected.group?.cursor).toBeGreaterThanOrEqual(3n);
 });
 
 test("the same credential cannot delete a lane's stream", async () => {
