@@ -3,6 +3,7 @@ import { fromJson, toJsonString, type JsonValue } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { BatchRecordSchema, LaneRecordSchema, LaneService, RecordKind, type BatchRecord } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { spawn } from "node:child_process";
+import { IDENTIFIER_PATTERN, lanesBrokerPermissions } from "../lanes/index.js";
 import { Participant, type ClaimedWork } from "../participant/index.js";
 import { ConnectError } from "@connectrpc/connect";
 import { describeFailure, parseCommand, parseUint, positionals, UsageError, withClient } from "./command.js";
@@ -145,6 +146,24 @@ const work: CommandSpec = {
   },
 };
 
+/**
+ * `laneway lanes broker-permissions <namespace>`: what Laneway's own NATS
+ * credential needs on a server it does not run (docs/operations.md), with
+ * the namespace's real stream and bucket names; offline, no token.
+ */
+const brokerPermissions: CommandSpec = {
+  name: "broker-permissions",
+  usage: "broker-permissions <namespace>\n(offline: prints the NATS publish and subscribe permissions Laneway's credential needs for this namespace, as JSON)",
+  summary: "the NATS permissions Laneway itself needs on an external server",
+  async run(args, io) {
+    const { positionals: rest } = parseCommand(args, {});
+    const [namespace] = positionals(rest, ["namespace"]);
+    if (!IDENTIFIER_PATTERN.test(namespace!)) throw new UsageError("the namespace is an identifier: a lowercase letter, then lowercase letters, digits, '-' and '_'");
+    const { publish, subscribe } = lanesBrokerPermissions(namespace!);
+    io.stdout(`${JSON.stringify({ publish: { allow: publish }, subscribe: { allow: subscribe } }, null, 2)}\n`);
+  },
+};
+
 export const lanesCommands: CommandGroup = {
   name: "lanes",
   summary: "durable lanes (project token)",
@@ -237,6 +256,7 @@ export const lanesCommands: CommandGroup = {
     receiptCommand(method.ack, "complete a claimed record"),
     receiptCommand(method.nack, "release a claimed record for a later retry"),
     work,
+    brokerPermissions,
     rpcCommand({
       method: method.inspectGroup,
       usage: "inspect <lane> <group>",

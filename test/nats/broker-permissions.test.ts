@@ -4,13 +4,14 @@ import { createUser } from "@nats-io/nkeys";
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { connect, nkeyAuthenticator } from "@nats-io/transport-node";
+import { runCli } from "../../src/cli/main.js";
 import { lanesBrokerPermissions, streamName } from "../../src/lanes/index.js";
 import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 
 /**
  * With `--nats-url`, Laneway needs exactly the permissions docs/operations.md
- * lists (lanesBrokerPermissions): a server whose only user holds exactly
+ * lists and `laneway lanes broker-permissions` prints (lanesBrokerPermissions): a server whose only user holds exactly
  * those serves publication, batches, replay, follow, duplicates,
  * conflicts and work claims — any missing grant would fail one of them — and the same
  * credential cannot, for example, delete a lane's stream.
@@ -24,11 +25,21 @@ let seed: Uint8Array;
 beforeAll(async () => {
   const user = createUser();
   seed = user.getSeed();
-  const permissions = lanesBrokerPermissions(NAMESPACE);
+  // What `laneway lanes broker-permissions` prints is what the server grants.
+  let printed = "";
+  const code = await runCli(["lanes", "broker-permissions", NAMESPACE], {
+    env: {},
+    stdout: (t) => (printed += t),
+    stderr: () => {},
+    signal: new AbortController().signal,
+  });
+  expect(code).toBe(0);
+  const permissions = JSON.parse(printed) as { publish: { allow: string[] }; subscribe: { allow: string[] } };
+  expect(permissions.publish.allow).toEqual(lanesBrokerPermissions(NAMESPACE).publish);
   nats = await startNatsServer({
     extraConfig: {
       authorization: {
-        users: [{ nkey: user.getPublicKey(), permissions: { publish: { allow: permissions.publish }, subscribe: { allow: permissions.subscribe } } }],
+        users: [{ nkey: user.getPublicKey(), permissions }],
       },
     },
   });
