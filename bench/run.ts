@@ -5,11 +5,13 @@
 import { kmapLane } from "./kmap-lane.js";
 import { lanesPublish } from "./lanes-publish.js";
 import { serverOverhead } from "./server-overhead.js";
+import { swarmMint } from "./swarm-mint.js";
 
 const benchmarks: Record<string, () => Promise<void>> = {
   "server-overhead": serverOverhead,
   "kmap-lane": kmapLane,
   "lanes-publish": lanesPublish,
+  "swarm-mint": swarmMint,
 };
 
 const selected = process.argv.slice(2);

@@ -64,9 +64,9 @@ test("a refused call prints code, reason and message on one line and exits 1", a
 });
 
 test("an operation whose core is not built exits 1 with unimplemented", async () => {
-  const result = await cli(["hive", "members"], { LANEWAY_TOKEN: laneway.tokens.admin });
+  const result = await cli(["hive", "migrate-dead", "rig"], { LANEWAY_TOKEN: laneway.tokens.admin });
   expect(result.code).toBe(1);
-  expect(result.stderr).toMatch(/^laneway: unimplemented \(unimplemented\): ListMembers/);
+  expect(result.stderr).toMatch(/^laneway: unimplemented \(unimplemented\): MigrateDead/);
 });
 
 test("a refused publish exits 1 with its code and reason", async () => {

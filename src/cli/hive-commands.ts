@@ -1,37 +1,171 @@
-import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { resolve } from "node:path";
+import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
 import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { HiveMemberService } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
-import type { CommandGroup } from "./command-group.js";
+import { HiveMemberService, type MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
+import { SERVER_DEFAULTS } from "../config/index.js";
+import {
+  acceptCredential,
+  checkGrants,
+  HIVE_ENV,
+  initHive,
+  readHiveEnv,
+  readInvite,
+  saveHiveFiles,
+  SwarmError,
+  writeInviteFile,
+  type MemberInvite,
+} from "../swarm/index.js";
+import { clientSettings, openClient, OutcomeError, parseCommand, positionals, printMessage, UsageError, withClient } from "./command.js";
+import type { CommandGroup, CommandSpec } from "./command-group.js";
 import { rpcCommand } from "./rpc-command.js";
 
 /**
- * `laneway hive …`: the hive hub operator's commands (operator token) and
- * a member's join and refresh (invite secret as the token).
+ * `laneway hive …`: the hive hub operator's commands (operator token), a
+ * member's join and refresh (the invite secret from the invite file is the
+ * token), and two local commands: `init` (the hive's keys in the data
+ * directory) and `check-grants` (the grant check against an antoncore
+ * checkout).
  */
 
 const hub = HiveHubService.method;
 const member = HiveMemberService.method;
 
+/** `hive init`: the operator, the accounts, the service users and the signer record. */
+const initCommand: CommandSpec = {
+  name: "init",
+  usage: "init [--data-dir DIR] [--nats-listen HOST:PORT] [--bus-url URL]\n(restart laneway serve afterwards: its NATS then runs in operator mode)",
+  summary: "create the hive's operator, system, hive and Laneway accounts and the hub's credentials in the data directory",
+  async run(argv, io) {
+    const { values, positionals: args } = parseCommand(argv, {
+      "data-dir": { type: "string" },
+      "nats-listen": { type: "string" },
+      "bus-url": { type: "string" },
+    });
+    positionals(args, []);
+    const dataDir = resolve(values["data-dir"] ?? nonEmpty(io.env.LANEWAY_DATA_DIR) ?? SERVER_DEFAULTS.dataDir);
+    const result = await swarmCall(() =>
+      initHive(dataDir, {
+        ...(values["nats-listen"] ? { natsListen: values["nats-listen"] } : {}),
+        ...(values["bus-url"] ? { busUrl: values["bus-url"] } : {}),
+      }),
+    );
+    io.stdout(`${JSON.stringify(result, null, 2)}\n`);
+    if (!result.created) io.stderr("laneway: the hive was already initialized; nothing was changed\n");
+  },
+};
+
+/** `hive invite`: prints the invite, or writes it to a file (mode 0600) with the hub's address. */
+const inviteCommand: CommandSpec = {
+  name: "invite",
+  usage: "invite <member> [--bus-url URL] [--swarm S]... [--out FILE] [--hub-url URL]\n(--out writes the invite file, secret included, and prints it without the secret)",
+  summary: "register a member and issue its invite (the secret is shown once)",
+  async run(argv, io) {
+    const { values, positionals: args } = parseCommand(argv, {
+      "bus-url": { type: "string" },
+      swarm: { type: "string", multiple: true },
+      out: { type: "string" },
+      "hub-url": { type: "string" },
+    });
+    const [memberId] = positionals(args, ["member"]);
+    const settings = clientSettings(values, io);
+    await withClient(HiveHubService, values, io, async (client) => {
+      const response = await client.invite({ memberId: memberId!, busUrl: values["bus-url"] ?? "", swarms: values.swarm ?? [] });
+      if (values.out === undefined) {
+        printMessage(io, hub.invite.output, response);
+        return;
+      }
+      const lines = [...response.inviteEnv, `${HIVE_ENV.hubAddress}=${values["hub-url"] ?? settings.baseUrl}`];
+      const path = await swarmCall(() => writeInviteFile(values.out!, lines));
+      io.stdout(`${JSON.stringify({ memberId: response.memberId, scoped: response.scoped, listed: response.listed, swarms: response.swarms, invite: path }, null, 2)}\n`);
+    });
+  },
+};
+
+/** `hive join <invite>` and `hive refresh`: mint, refuse a downgrade, save hive.creds and hive.env. */
+function memberCommand(kind: "join" | "refresh"): CommandSpec {
+  return {
+    name: kind,
+    usage:
+      kind === "join"
+        ? "join <invite> [--dir DIR]\n(writes DIR/hive.creds and DIR/hive.env, mode 0600; DIR defaults to the current directory)"
+        : "refresh [--dir DIR]\n(reads DIR/hive.env and the invite it names; rewrites hive.creds and hive.env)",
+    summary:
+      kind === "join"
+        ? "as a member: mint a credential with the invite and save it beside hive.env"
+        : "as a member: mint a new credential from the hub's current signer record",
+    async run(argv, io) {
+      const { values, positionals: args } = parseCommand(argv, { dir: { type: "string" } });
+      const dir = values.dir ?? ".";
+      let invite: MemberInvite;
+      if (kind === "join") {
+        const [path] = positionals(args, ["invite"]);
+        invite = await swarmCall(() => readInvite(path!));
+      } else {
+        positionals(args, []);
+        const { invitePath } = await swarmCall(() => readHiveEnv(dir));
+        invite = await swarmCall(() => readInvite(invitePath));
+      }
+      const settings = clientSettings({ ...values, address: values.address ?? invite.hubAddress }, io);
+      const { client, transport } = openClient(HiveMemberService, { ...settings, token: invite.secret.reveal() });
+      let credential: MemberCredential | undefined;
+      try {
+        credential = (kind === "join" ? await client.join({}, { signal: io.signal }) : await client.refresh({}, { signal: io.signal })).credential;
+      } finally {
+        transport.close();
+      }
+      if (credential === undefined) throw new OutcomeError("the hub answered without a credential");
+      const offered = credential;
+      // The hub has already rotated the member's Redis password: the invite's
+      // (or the old hive.env's) Redis URL no longer authenticates.
+      await swarmCall(async () => acceptCredential(invite, offered));
+      const saved = await swarmCall(() => saveHiveFiles(dir, { creds: offered.creds, hiveEnv: offered.hiveEnv, invitePath: invite.path }));
+      io.stdout(
+        `${JSON.stringify(
+          {
+            memberId: offered.memberId,
+            scoped: offered.scoped,
+            swarms: offered.swarms,
+            hiveEnv: saved.hiveEnvPath,
+            credentials: saved.credsPath,
+            expiresAt: offered.expiresAt ? timestampDate(offered.expiresAt).toISOString() : undefined,
+          },
+          null,
+          2,
+        )}\n`,
+      );
+    },
+  };
+}
+
+/** `hive check-grants`: the specification's grant check against an antoncore checkout. */
+const checkGrantsCommand: CommandSpec = {
+  name: "check-grants",
+  usage: "check-grants --antoncore DIR [--no-shared-hive-user]\n(compares the member and controller grants with DIR's agentihooks-swarm-nats users.yaml and values.yaml)",
+  summary: "check that the NATS grants Laneway renders equal antoncore's hive users (exit 1 on any difference)",
+  async run(argv, io) {
+    const { values, positionals: args } = parseCommand(argv, { antoncore: { type: "string" }, "no-shared-hive-user": { type: "boolean" } });
+    positionals(args, []);
+    if (values.antoncore === undefined) throw new UsageError("--antoncore is required");
+    const result = await checkGrants(resolve(values.antoncore), { noSharedHiveUser: values["no-shared-hive-user"] === true });
+    for (const line of result.lines) io.stdout(`${line}\n`);
+    if (!result.ok) throw new OutcomeError("the grant check failed");
+  },
+};
+
 export const hiveCommands: CommandGroup = {
   name: "hive",
-  summary: "swarm membership (operator token; join and refresh take the invite secret)",
+  summary: "swarm membership (operator token; join and refresh take the invite file)",
   commands: [
+    initCommand,
     rpcCommand({
       method: hub.scope,
       usage: "scope [--swarm S]...",
-      summary: "create member_swarms and list every member with the swarms (all swarms when none given)",
+      summary: "create member_swarms and list every member with the swarms (all swarms in the store when none given)",
       options: { swarm: { type: "string", multiple: true } },
       request: (i) => ({ swarms: i.list("swarm") }),
     }),
-    rpcCommand({
-      method: hub.invite,
-      usage: "invite <member> [--bus-url URL]",
-      summary: "register a member and print its invite (shown once)",
-      args: ["member"],
-      options: { "bus-url": { type: "string" } },
-      request: (i) => ({ memberId: i.arg("member"), busUrl: i.string("bus-url") ?? "" }),
-    }),
-    rpcCommand({ method: hub.listMembers, usage: "members", summary: "every member with its scope", request: () => ({}) }),
+    inviteCommand,
+    rpcCommand({ method: hub.listMembers, usage: "members", summary: "every member with its scope, and the retired ones", request: () => ({}) }),
     rpcCommand({
       method: hub.renderGrant,
       usage: "grant <member>",
@@ -39,6 +173,16 @@ export const hiveCommands: CommandGroup = {
       args: ["member"],
       request: (i) => ({ memberId: i.arg("member") }),
     }),
+    rpcCommand({
+      method: hub.retireMember,
+      usage: "retire <member>",
+      summary: "revoke a member's credentials on the NATS server, delete its record and Redis user",
+      args: ["member"],
+      request: (i) => ({ memberId: i.arg("member") }),
+    }),
+    memberCommand("join"),
+    memberCommand("refresh"),
+    checkGrantsCommand,
     rpcCommand({
       method: hub.migrateState,
       usage: "migrate-state <swarm> <bucket> <key>...",
@@ -65,17 +209,19 @@ export const hiveCommands: CommandGroup = {
       args: ["swarm"],
       request: (i) => ({ swarm: i.arg("swarm") }),
     }),
-    rpcCommand({
-      method: member.join,
-      usage: "join",
-      summary: "as a member (invite secret as the token): mint the first credential",
-      request: () => ({}),
-    }),
-    rpcCommand({
-      method: member.refresh,
-      usage: "refresh",
-      summary: "as a member: mint a new credential from the current signer record",
-      request: () => ({}),
-    }),
   ],
 };
+
+/** Runs a swarm core call; its typed failures become one-line outcomes (exit 1). */
+async function swarmCall<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call();
+  } catch (error) {
+    if (error instanceof SwarmError) throw new OutcomeError(error.message);
+    throw error;
+  }
+}
+
+function nonEmpty(value: string | undefined): string | undefined {
+  return value === undefined || value === "" ? undefined : value;
+}

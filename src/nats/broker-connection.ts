@@ -155,6 +155,12 @@ export class BrokerConnection {
     return broker;
   }
 
+  /** The server URL(s) this connection uses. */
+  get servers(): readonly string[] {
+    const { servers } = this.#options;
+    return typeof servers === "string" ? [servers] : servers;
+  }
+
   /** Current state. */
   get state(): BrokerState {
     return this.#state;

@@ -37,4 +37,6 @@ export {
   NatsServerNotInstalledError,
 } from "./embedded-server-errors.js";
 export { NATS_SERVER_BIN_ENV } from "./nats-server-binary.js";
+export { renderNatsConfig, type NatsConfig } from "./nats-config.js";
+export { adoptGlobalAccountStore } from "./jetstream-store.js";
 export { loadOrCreateServiceCredential, serviceAuthorization, type ServiceCredential } from "./service-credentials.js";

@@ -57,6 +57,7 @@ const reasonCodes: Readonly<Record<Reason, Code>> = {
   swarm_invalid: Code.InvalidArgument,
   swarm_forbidden: Code.PermissionDenied,
   swarm_conflict: Code.Aborted,
+  swarm_not_found: Code.NotFound,
   swarm_unavailable: Code.Unavailable,
   swarm_migration_incomplete: Code.Aborted,
   swarm_unscoped: Code.PermissionDenied,

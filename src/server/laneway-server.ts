@@ -9,7 +9,8 @@ import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { file_laneway_errors_v1_errors } from "../../gen/laneway/errors/v1/errors_pb.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import { BrokerConnection, EmbeddedNatsServer, loadOrCreateServiceCredential, serviceAuthorization } from "../nats/index.js";
+import { adoptGlobalAccountStore, BrokerConnection, EmbeddedNatsServer, loadOrCreateServiceCredential, serviceAuthorization } from "../nats/index.js";
+import { hiveBrokerSetup } from "../swarm/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
 import { Authenticator, type ServiceAccess } from "./auth.js";
@@ -132,7 +133,26 @@ export class LanewayServer {
       let embedded: EmbeddedNatsServer | undefined;
       let servers = server.natsServers;
       let credentialsFile = server.natsCredentialsFile;
-      if (servers === undefined) {
+      // With the hive enabled (`laneway hive init`; demo mode enables it),
+      // NATS runs in operator mode and Laneway connects as a service user
+      // of its own account, which no hive member can reach.
+      const hive = await hiveBrokerSetup(server.dataDir, { initialize: server.demo && servers === undefined });
+      if (servers !== undefined && credentialsFile === undefined && hive) credentialsFile = hive.lanewayCredentialsFile;
+      if (servers === undefined && hive) {
+        const storeDir = join(server.dataDir, "nats");
+        await mkdir(storeDir, { recursive: true, mode: 0o700 });
+        if (await adoptGlobalAccountStore(storeDir, hive.lanewayAccount)) log.info("the JetStream store moved into Laneway's own account for the hive's operator mode");
+        credentialsFile = hive.lanewayCredentialsFile;
+        embedded = await EmbeddedNatsServer.start({
+          storeDir,
+          binary: server.natsServerBin,
+          host: hive.listen.host,
+          port: hive.listen.port,
+          extraConfig: await hive.config(join(storeDir, "jwt")),
+        });
+        started.push({ close: () => embedded!.stop() });
+        servers = [embedded.url];
+      } else if (servers === undefined) {
         // Only Laneway may reach its embedded broker: it admits one nkey
         // user, whose seed Laneway keeps in the data directory (mode 0600).
         const storeDir = join(server.dataDir, "nats");
@@ -146,6 +166,8 @@ export class LanewayServer {
         });
         started.push({ close: () => embedded!.stop() });
         servers = [embedded.url];
+      }
+      if (embedded !== undefined) {
         if (!embedded.syncAlways) {
           log.warn("the installed nats-server acknowledges JetStream writes before fsync; a power failure can lose acknowledged records", {
             natsServerVersion: embedded.serverVersion,

@@ -4,11 +4,21 @@ import { CoreError } from "../errors/core-error.js";
  * The swarm core's reasons. Messages reproduce the specification's exact
  * texts (for example `the hub record lists no member swarms for hive member
  * <id>`), because operators search for them.
+ *
+ * - `swarm_invalid`: a request or a signer record that breaks a rule.
+ * - `swarm_forbidden`: the hub refuses to mint (field present, member absent).
+ * - `swarm_conflict`: state forbids it (the member exists, a `file:` signer
+ *   record that is never written).
+ * - `swarm_not_found`: no such member.
+ * - `swarm_unavailable`: the signer record, the broker or Redis cannot be reached.
+ * - `swarm_migration_incomplete`: a scoped resource whose import is pending.
+ * - `swarm_unscoped`: a member refuses an unscoped credential for a scoped invite.
  */
 export type SwarmReason =
   | "swarm_invalid"
   | "swarm_forbidden"
   | "swarm_conflict"
+  | "swarm_not_found"
   | "swarm_unavailable"
   | "swarm_migration_incomplete"
   | "swarm_unscoped";
@@ -17,4 +27,17 @@ export type SwarmReason =
 export class SwarmError extends CoreError<SwarmReason> {
   override readonly name = "SwarmError";
   readonly domain = "swarm" as const;
+}
+
+/** The specification's texts, reproduced exactly. */
+export const SWARM_TEXTS = Object.freeze({
+  memberSwarmsShape: "member_swarms must map member ids to lists of swarm names",
+  invalidSwarmName: (reason: string) => `member_swarms contains an invalid swarm name (${reason})`,
+  noMemberSwarms: (memberId: string) => `the hub record lists no member swarms for hive member ${memberId}`,
+  unscopedOffered: "the hive offered an unscoped bus credential; ask its hub to list this member's swarms",
+});
+
+/** The hub record's member_swarms field exists and omits the member: 403, decided before any side effect. */
+export function noMemberSwarmsError(memberId: string): SwarmError {
+  return new SwarmError("swarm_forbidden", SWARM_TEXTS.noMemberSwarms(memberId));
 }

@@ -1,6 +1,82 @@
 /**
- * Swarm membership: the public surface of the swarm core. This version
- * provides its error vocabulary; credential minting, the scoped bus and
- * migration answer `unimplemented` in the server.
+ * Swarm membership: the public surface of the swarm core.
+ *
+ * - The hive's trust (hive-trust.ts): `laneway hive init` creates the
+ *   operator, the system, hive and Laneway accounts and the nats-server
+ *   settings of decentralized JWT auth; hive-broker.ts is what the embedded
+ *   server needs from it.
+ * - The signer record (signer-record.ts, signer-store.ts): the signing key
+ *   and the member_swarms field, reread on every join and refresh.
+ * - Grants and names (member-grant.ts, stream-names.ts): what each
+ *   credential may do, and the per-swarm stream, subject and consumer names.
+ * - The hub (hive-hub.ts, open-hive-hub.ts) with its state (hub-state.ts)
+ *   and storage (hub-store.ts): invite, scope, join and refresh, retire.
+ * - A member's side (member-files.ts, member-env.ts): the invite, the
+ *   downgrade refusal, hive.creds and hive.env.
+ * - The grant check against an antoncore checkout (grant-check/).
+ *
+ * Migration and the scoped bus answer `unimplemented` in this version.
  */
-export { SwarmError, type SwarmReason } from "./errors.js";
+export { SwarmError, SWARM_TEXTS, noMemberSwarmsError, type SwarmReason } from "./errors.js";
+export { isMemberId, isSwarmName, MAX_SWARM_NAME_BYTES, swarmNameProblem } from "./swarm-names.js";
+export {
+  consumerName,
+  deadLetterSubject,
+  deadStream,
+  digestComponent,
+  eventsStream,
+  GLOBAL_STREAMS,
+  HUB_SLOT_BUCKETS,
+  HUB_SLOTS_QUEUE_GROUP,
+  LEGACY_EVENT_SUBJECTS,
+  legacyKvStream,
+  queueStream,
+  queueWorkSubject,
+  slotRequestSubject,
+  stateKeySubject,
+  stateStream,
+  STATE_REVISIONS_PER_KEY,
+  SWARM_LANES,
+  SWARM_STATE_BUCKETS,
+  swarmHex,
+  swarmOfStream,
+  swarmStreams,
+  swarmSubjectPrefix,
+  type SwarmLane,
+  type SwarmStream,
+  type SwarmStreamKind,
+} from "./stream-names.js";
+export {
+  controllerGrant,
+  decideGrant,
+  inboxPrefixOf,
+  renderMemberGrant,
+  streamApiSubjects,
+  type GrantDecision,
+  type NatsGrant,
+} from "./member-grant.js";
+export { parseMemberSwarms, type MemberSwarms, type SignerRecord } from "./signer-record.js";
+export { DEFAULT_SIGNER, openSignerStore, SIGNER_ENV, type SignerRecordStore } from "./signer-store.js";
+export { DEFAULT_CREDENTIAL_LIFETIME_MS, mintMemberCredential, userClaims, type MintedCredential, type MintRequest } from "./credential-minter.js";
+export { hiveDirOf, initHive, loadHiveTrust, operatorModeConfig, type HiveTrust, type InitHiveOptions, type InitHiveResult } from "./hive-trust.js";
+export { hiveBrokerSetup, type HiveBrokerSetup } from "./hive-broker.js";
+export {
+  HiveHub,
+  MAX_INVITE_SECRET_BYTES,
+  type GrantView,
+  type InviteOutcome,
+  type MemberCredentialOutcome,
+  type MemberListing,
+  type MembersListing,
+  type RetiredListing,
+  type RetireOutcome,
+  type ScopeOutcome,
+} from "./hive-hub.js";
+export { openHiveHub, swarmsInStore, type OpenedHive, type OpenHiveHubOptions } from "./open-hive-hub.js";
+export { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
+export { HIVE_CREDS_FILE, HIVE_ENV, HIVE_ENV_FILE, hiveEnvLines, inviteEnvLines } from "./member-env.js";
+export { acceptCredential, readHiveEnv, readInvite, saveHiveFiles, writeInviteFile, type MemberInvite, type SavedHiveFiles } from "./member-files.js";
+export { checkGrants, covers, noSharedHiveUser, CONTROLLER_USER, HIVE_USER, SPOKE_EXECUTION_SUBJECT, type GrantCheckResult } from "./grant-check/grant-check.js";
+export { ANTONCORE_FILES, readAntoncoreNats, type AntoncoreNats, type AntoncoreUser } from "./grant-check/antoncore-users.js";
+export { parseYamlSubset, YamlSubsetError } from "./grant-check/yaml-subset.js";
+export { NativeKeyPair, type NkeyRole } from "./native-keys.js";

@@ -92,13 +92,18 @@ describe.each(wireProtocols)("over %s", (protocol) => {
 
   test("operations whose core is not built answer unimplemented, naming the capability", async () => {
     const hub = laneway.clients.client(HiveHubService, { token: laneway.tokens.admin, protocol });
-    const scope = await failure(() => hub.scope({}));
-    expect(scope.code).toBe(Code.Unimplemented);
-    expect(reasonOf(scope)).toEqual({ reason: "unimplemented", domain: "swarm" });
+    const migrate = await failure(() => hub.migrateDead({ swarm: "rig" }));
+    expect(migrate.code).toBe(Code.Unimplemented);
+    expect(reasonOf(migrate)).toEqual({ reason: "unimplemented", domain: "swarm" });
+    expect(migrate.rawMessage).toMatch(/^MigrateDead of /);
 
+    // Without `laneway hive init` the hub answers unavailable and no invite secret is known.
+    const scope = await failure(() => hub.scope({}));
+    expect(scope.code).toBe(Code.Unavailable);
+    expect(reasonOf(scope)).toEqual({ reason: "swarm_unavailable", domain: "swarm" });
     const member = laneway.clients.client(HiveMemberService, { token: "an-invite-secret-" + "x".repeat(40), protocol });
     const join = await failure(() => member.join({}));
-    expect(join.code).toBe(Code.Unimplemented);
+    expect(join.code).toBe(Code.Unauthenticated);
   });
 
   test("a request that breaks the contract is invalid_argument with the violations and the lane reason", async () => {

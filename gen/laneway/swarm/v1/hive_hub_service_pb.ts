@@ -10,7 +10,8 @@
 // invite secret as the bearer token. Project lane tokens grant neither.
 // Failures carry a `laneway.errors.v1.ErrorDetail` with one of the swarm
 // reasons (`swarm_invalid`, `swarm_forbidden`, `swarm_conflict`,
-// `swarm_unavailable`, `swarm_migration_incomplete`, `swarm_unscoped`) and the
+// `swarm_not_found`, `swarm_unavailable`, `swarm_migration_incomplete`,
+// `swarm_unscoped`) and the
 // specification's exact message text, for example `the hub record lists no
 // member swarms for hive member hive-c`.
 //
@@ -24,8 +25,8 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
-import type { Duration } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
+import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import { file_laneway_validate_v1_rules } from "../../validate/v1/rules_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -33,7 +34,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/swarm/v1/hive_hub_service.proto.
  */
 export const file_laneway_swarm_v1_hive_hub_service: GenFile = /*@__PURE__*/
-  fileDesc("CidsYW5ld2F5L3N3YXJtL3YxL2hpdmVfaHViX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEiUQoLTWVtYmVyU2NvcGUSEQoJbWVtYmVyX2lkGAEgASgJEg4KBnNjb3BlZBgCIAEoCBIOCgZzd2FybXMYAyADKAkSDwoHcmVmdXNlZBgEIAEoCCIyCgxTY29wZVJlcXVlc3QSIgoGc3dhcm1zGAEgAygJQhK6SA+SAQwQQBgBIgZyBKiIJwEiPwoNU2NvcGVSZXNwb25zZRIuCgdtZW1iZXJzGAEgAygLMh0ubGFuZXdheS5zd2FybS52MS5NZW1iZXJTY29wZSJICg1JbnZpdGVSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBEhkKB2J1c191cmwYAiABKAlCCLpIBXIDKIAQIl4KDkludml0ZVJlc3BvbnNlEhEKCW1lbWJlcl9pZBgBIAEoCRIVCg1pbnZpdGVfc2VjcmV0GAIgASgJEg4KBnNjb3BlZBgDIAEoCBISCgppbnZpdGVfZW52GAQgAygJIhQKEkxpc3RNZW1iZXJzUmVxdWVzdCJeChNMaXN0TWVtYmVyc1Jlc3BvbnNlEhcKD3Njb3BpbmdfZW5hYmxlZBgBIAEoCBIuCgdtZW1iZXJzGAIgAygLMh0ubGFuZXdheS5zd2FybS52MS5NZW1iZXJTY29wZSIyChJSZW5kZXJHcmFudFJlcXVlc3QSHAoJbWVtYmVyX2lkGAEgASgJQgm6SAZyBIiIJwEiawoTUmVuZGVyR3JhbnRSZXNwb25zZRIOCgZzY29wZWQYASABKAgSFQoNcHVibGlzaF9hbGxvdxgCIAMoCRIXCg9zdWJzY3JpYmVfYWxsb3cYAyADKAkSFAoMcHVibGlzaF9kZW55GAQgAygJIoIBChNNaWdyYXRlU3RhdGVSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwESKwoGYnVja2V0GAIgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSJAoEa2V5cxgDIAMoCUIWukgTkgEQCAEQgAgYASIHcgUgASiAAiJGChFNaWdyYXRpb25Qcm9ncmVzcxIOCgZjb3BpZWQYASABKAQSDwoHc2tpcHBlZBgCIAEoBBIQCghjb21wbGV0ZRgDIAEoCCJNChRNaWdyYXRlU3RhdGVSZXNwb25zZRI1Cghwcm9ncmVzcxgBIAEoCzIjLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uUHJvZ3Jlc3MiTwoLUXVldWVQb2xpY3kSEwoLbWF4X2RlbGl2ZXIYASABKA0SKwoIYWNrX3dhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24idgoTTWlncmF0ZVF1ZXVlUmVxdWVzdBIYCgVzd2FybRgBIAEoCUIJukgGcgSoiCcBEhYKBG5hbWUYAiABKAlCCLpIBXIDKIACEi0KBnBvbGljeRgDIAEoCzIdLmxhbmV3YXkuc3dhcm0udjEuUXVldWVQb2xpY3kiTQoUTWlncmF0ZVF1ZXVlUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzIi4KEk1pZ3JhdGVEZWFkUmVxdWVzdBIYCgVzd2FybRgBIAEoCUIJukgGcgSoiCcBIkwKE01pZ3JhdGVEZWFkUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzMpIFCg5IaXZlSHViU2VydmljZRJICgVTY29wZRIeLmxhbmV3YXkuc3dhcm0udjEuU2NvcGVSZXF1ZXN0Gh8ubGFuZXdheS5zd2FybS52MS5TY29wZVJlc3BvbnNlEksKBkludml0ZRIfLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVxdWVzdBogLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVzcG9uc2USXwoLTGlzdE1lbWJlcnMSJC5sYW5ld2F5LnN3YXJtLnYxLkxpc3RNZW1iZXJzUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTGlzdE1lbWJlcnNSZXNwb25zZSIDkAIBEl8KC1JlbmRlckdyYW50EiQubGFuZXdheS5zd2FybS52MS5SZW5kZXJHcmFudFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLlJlbmRlckdyYW50UmVzcG9uc2UiA5ACARJiCgxNaWdyYXRlU3RhdGUSJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVTdGF0ZVJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVTdGF0ZVJlc3BvbnNlIgOQAgISYgoMTWlncmF0ZVF1ZXVlEiUubGFuZXdheS5zd2FybS52MS5NaWdyYXRlUXVldWVSZXF1ZXN0GiYubGFuZXdheS5zd2FybS52MS5NaWdyYXRlUXVldWVSZXNwb25zZSIDkAICEl8KC01pZ3JhdGVEZWFkEiQubGFuZXdheS5zd2FybS52MS5NaWdyYXRlRGVhZFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVzcG9uc2UiA5ACAmIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_duration, file_laneway_validate_v1_rules]);
+  fileDesc("CidsYW5ld2F5L3N3YXJtL3YxL2hpdmVfaHViX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEiwAEKC01lbWJlclNjb3BlEhEKCW1lbWJlcl9pZBgBIAEoCRIOCgZzY29wZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJEg8KB3JlZnVzZWQYBCABKAgSMgoObGFzdF9taW50ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjkKFWNyZWRlbnRpYWxfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiaAoNUmV0aXJlZE1lbWJlchIRCgltZW1iZXJfaWQYASABKAkSLgoKcmV0aXJlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcmV2b2tlZF9rZXlzGAMgASgNIjIKDFNjb3BlUmVxdWVzdBIiCgZzd2FybXMYASADKAlCErpID5IBDBBAGAEiBnIEqIgnASJgCg1TY29wZVJlc3BvbnNlEi4KB21lbWJlcnMYASADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEg8KB2NyZWF0ZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJImwKDUludml0ZVJlcXVlc3QSHAoJbWVtYmVyX2lkGAEgASgJQgm6SAZyBIiIJwESGQoHYnVzX3VybBgCIAEoCUIIukgFcgMogBASIgoGc3dhcm1zGAMgAygJQhK6SA+SAQwQQBgBIgZyBKiIJwEifgoOSW52aXRlUmVzcG9uc2USEQoJbWVtYmVyX2lkGAEgASgJEhUKDWludml0ZV9zZWNyZXQYAiABKAkSDgoGc2NvcGVkGAMgASgIEhIKCmludml0ZV9lbnYYBCADKAkSDgoGc3dhcm1zGAUgAygJEg4KBmxpc3RlZBgGIAEoCCIUChJMaXN0TWVtYmVyc1JlcXVlc3QikAEKE0xpc3RNZW1iZXJzUmVzcG9uc2USFwoPc2NvcGluZ19lbmFibGVkGAEgASgIEi4KB21lbWJlcnMYAiADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEjAKB3JldGlyZWQYAyADKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXIiMgoSUmVuZGVyR3JhbnRSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBIpEBChNSZW5kZXJHcmFudFJlc3BvbnNlEg4KBnNjb3BlZBgBIAEoCBIVCg1wdWJsaXNoX2FsbG93GAIgAygJEhcKD3N1YnNjcmliZV9hbGxvdxgDIAMoCRIUCgxwdWJsaXNoX2RlbnkYBCADKAkSDgoGc3dhcm1zGAUgAygJEhQKDGluYm94X3ByZWZpeBgGIAEoCSIzChNSZXRpcmVNZW1iZXJSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBImQKFFJldGlyZU1lbWJlclJlc3BvbnNlEjAKB3JldGlyZWQYASABKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXISGgoScmVkaXNfdXNlcl9kZWxldGVkGAIgASgIIoIBChNNaWdyYXRlU3RhdGVSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwESKwoGYnVja2V0GAIgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSJAoEa2V5cxgDIAMoCUIWukgTkgEQCAEQgAgYASIHcgUgASiAAiJGChFNaWdyYXRpb25Qcm9ncmVzcxIOCgZjb3BpZWQYASABKAQSDwoHc2tpcHBlZBgCIAEoBBIQCghjb21wbGV0ZRgDIAEoCCJNChRNaWdyYXRlU3RhdGVSZXNwb25zZRI1Cghwcm9ncmVzcxgBIAEoCzIjLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uUHJvZ3Jlc3MiTwoLUXVldWVQb2xpY3kSEwoLbWF4X2RlbGl2ZXIYASABKA0SKwoIYWNrX3dhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24idgoTTWlncmF0ZVF1ZXVlUmVxdWVzdBIYCgVzd2FybRgBIAEoCUIJukgGcgSoiCcBEhYKBG5hbWUYAiABKAlCCLpIBXIDKIACEi0KBnBvbGljeRgDIAEoCzIdLmxhbmV3YXkuc3dhcm0udjEuUXVldWVQb2xpY3kiTQoUTWlncmF0ZVF1ZXVlUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzIi4KEk1pZ3JhdGVEZWFkUmVxdWVzdBIYCgVzd2FybRgBIAEoCUIJukgGcgSoiCcBIkwKE01pZ3JhdGVEZWFkUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzMvEFCg5IaXZlSHViU2VydmljZRJICgVTY29wZRIeLmxhbmV3YXkuc3dhcm0udjEuU2NvcGVSZXF1ZXN0Gh8ubGFuZXdheS5zd2FybS52MS5TY29wZVJlc3BvbnNlEksKBkludml0ZRIfLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVxdWVzdBogLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVzcG9uc2USXwoLTGlzdE1lbWJlcnMSJC5sYW5ld2F5LnN3YXJtLnYxLkxpc3RNZW1iZXJzUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTGlzdE1lbWJlcnNSZXNwb25zZSIDkAIBEl8KC1JlbmRlckdyYW50EiQubGFuZXdheS5zd2FybS52MS5SZW5kZXJHcmFudFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLlJlbmRlckdyYW50UmVzcG9uc2UiA5ACARJdCgxSZXRpcmVNZW1iZXISJS5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlc3BvbnNlEmIKDE1pZ3JhdGVTdGF0ZRIlLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVxdWVzdBomLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVzcG9uc2UiA5ACAhJiCgxNaWdyYXRlUXVldWUSJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlc3BvbnNlIgOQAgISXwoLTWlncmF0ZURlYWQSJC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZURlYWRSZXNwb25zZSIDkAICYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
 
 /**
  * MemberScope is one member's listing in the signer record.
@@ -71,6 +72,22 @@ export type MemberScope = Message<"laneway.swarm.v1.MemberScope"> & {
    * @generated from field: bool refused = 4;
    */
   refused: boolean;
+
+  /**
+   * When the member's last credential was minted (by Join or Refresh);
+   * unset when it has never joined.
+   *
+   * @generated from field: google.protobuf.Timestamp last_minted_at = 5;
+   */
+  lastMintedAt?: Timestamp | undefined;
+
+  /**
+   * When the member's last credential expires; unset when it has never
+   * joined.
+   *
+   * @generated from field: google.protobuf.Timestamp credential_expires_at = 6;
+   */
+  credentialExpiresAt?: Timestamp | undefined;
 };
 
 /**
@@ -79,6 +96,41 @@ export type MemberScope = Message<"laneway.swarm.v1.MemberScope"> & {
  */
 export const MemberScopeSchema: GenMessage<MemberScope> = /*@__PURE__*/
   messageDesc(file_laneway_swarm_v1_hive_hub_service, 0);
+
+/**
+ * RetiredMember is a member that was retired.
+ *
+ * @generated from message laneway.swarm.v1.RetiredMember
+ */
+export type RetiredMember = Message<"laneway.swarm.v1.RetiredMember"> & {
+  /**
+   * The retired member id.
+   *
+   * @generated from field: string member_id = 1;
+   */
+  memberId: string;
+
+  /**
+   * When it was retired.
+   *
+   * @generated from field: google.protobuf.Timestamp retired_at = 2;
+   */
+  retiredAt?: Timestamp | undefined;
+
+  /**
+   * How many of its NATS user keys joined the revocation list.
+   *
+   * @generated from field: uint32 revoked_keys = 3;
+   */
+  revokedKeys: number;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.RetiredMember.
+ * Use `create(RetiredMemberSchema)` to create a new message.
+ */
+export const RetiredMemberSchema: GenMessage<RetiredMember> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 1);
 
 /**
  * ScopeRequest names the swarms to list members with.
@@ -99,7 +151,7 @@ export type ScopeRequest = Message<"laneway.swarm.v1.ScopeRequest"> & {
  * Use `create(ScopeRequestSchema)` to create a new message.
  */
 export const ScopeRequestSchema: GenMessage<ScopeRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 1);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 2);
 
 /**
  * ScopeResponse is the record after scoping.
@@ -113,6 +165,22 @@ export type ScopeResponse = Message<"laneway.swarm.v1.ScopeResponse"> & {
    * @generated from field: repeated laneway.swarm.v1.MemberScope members = 1;
    */
   members: MemberScope[];
+
+  /**
+   * Whether this call created the member_swarms field (false when it
+   * existed already).
+   *
+   * @generated from field: bool created = 2;
+   */
+  created: boolean;
+
+  /**
+   * The swarms members without a listing were given: the request's, or
+   * every swarm found in the store.
+   *
+   * @generated from field: repeated string swarms = 3;
+   */
+  swarms: string[];
 };
 
 /**
@@ -120,7 +188,7 @@ export type ScopeResponse = Message<"laneway.swarm.v1.ScopeResponse"> & {
  * Use `create(ScopeResponseSchema)` to create a new message.
  */
 export const ScopeResponseSchema: GenMessage<ScopeResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 2);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 3);
 
 /**
  * InviteRequest registers a new member.
@@ -142,6 +210,15 @@ export type InviteRequest = Message<"laneway.swarm.v1.InviteRequest"> & {
    * @generated from field: string bus_url = 2;
    */
   busUrl: string;
+
+  /**
+   * The swarms to list the member with once the member_swarms field exists,
+   * as Scope lists members: empty selects every swarm in the store. Ignored
+   * before the field exists, and for a member the field lists already.
+   *
+   * @generated from field: repeated string swarms = 3;
+   */
+  swarms: string[];
 };
 
 /**
@@ -149,7 +226,7 @@ export type InviteRequest = Message<"laneway.swarm.v1.InviteRequest"> & {
  * Use `create(InviteRequestSchema)` to create a new message.
  */
 export const InviteRequestSchema: GenMessage<InviteRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 3);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 4);
 
 /**
  * InviteResponse is the new member's invite.
@@ -185,6 +262,22 @@ export type InviteResponse = Message<"laneway.swarm.v1.InviteResponse"> & {
    * @generated from field: repeated string invite_env = 4;
    */
   inviteEnv: string[];
+
+  /**
+   * The swarms the member was listed with, when scoped.
+   *
+   * @generated from field: repeated string swarms = 5;
+   */
+  swarms: string[];
+
+  /**
+   * Whether the invite listed the member in member_swarms. False when the
+   * field does not exist, or when the signer record is a `file:` record,
+   * which Laneway never writes: the operator then lists the member by hand.
+   *
+   * @generated from field: bool listed = 6;
+   */
+  listed: boolean;
 };
 
 /**
@@ -192,7 +285,7 @@ export type InviteResponse = Message<"laneway.swarm.v1.InviteResponse"> & {
  * Use `create(InviteResponseSchema)` to create a new message.
  */
 export const InviteResponseSchema: GenMessage<InviteResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 4);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 5);
 
 /**
  * ListMembersRequest has no fields.
@@ -207,7 +300,7 @@ export type ListMembersRequest = Message<"laneway.swarm.v1.ListMembersRequest"> 
  * Use `create(ListMembersRequestSchema)` to create a new message.
  */
 export const ListMembersRequestSchema: GenMessage<ListMembersRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 5);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 6);
 
 /**
  * ListMembersResponse lists every member.
@@ -228,6 +321,13 @@ export type ListMembersResponse = Message<"laneway.swarm.v1.ListMembersResponse"
    * @generated from field: repeated laneway.swarm.v1.MemberScope members = 2;
    */
   members: MemberScope[];
+
+  /**
+   * Every retired member, ordered by member id.
+   *
+   * @generated from field: repeated laneway.swarm.v1.RetiredMember retired = 3;
+   */
+  retired: RetiredMember[];
 };
 
 /**
@@ -235,7 +335,7 @@ export type ListMembersResponse = Message<"laneway.swarm.v1.ListMembersResponse"
  * Use `create(ListMembersResponseSchema)` to create a new message.
  */
 export const ListMembersResponseSchema: GenMessage<ListMembersResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 6);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 7);
 
 /**
  * RenderGrantRequest names a member.
@@ -256,7 +356,7 @@ export type RenderGrantRequest = Message<"laneway.swarm.v1.RenderGrantRequest"> 
  * Use `create(RenderGrantRequestSchema)` to create a new message.
  */
 export const RenderGrantRequestSchema: GenMessage<RenderGrantRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 7);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 8);
 
 /**
  * RenderGrantResponse is a member's NATS grant.
@@ -291,6 +391,21 @@ export type RenderGrantResponse = Message<"laneway.swarm.v1.RenderGrantResponse"
    * @generated from field: repeated string publish_deny = 4;
    */
   publishDeny: string[];
+
+  /**
+   * The member's swarms, when scoped.
+   *
+   * @generated from field: repeated string swarms = 5;
+   */
+  swarms: string[];
+
+  /**
+   * The inbox prefix the member connects with (`_INBOX.<member id>`): its
+   * grant lets it subscribe to replies under that prefix only.
+   *
+   * @generated from field: string inbox_prefix = 6;
+   */
+  inboxPrefix: string;
 };
 
 /**
@@ -298,7 +413,57 @@ export type RenderGrantResponse = Message<"laneway.swarm.v1.RenderGrantResponse"
  * Use `create(RenderGrantResponseSchema)` to create a new message.
  */
 export const RenderGrantResponseSchema: GenMessage<RenderGrantResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 8);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 9);
+
+/**
+ * RetireMemberRequest names the member to retire.
+ *
+ * @generated from message laneway.swarm.v1.RetireMemberRequest
+ */
+export type RetireMemberRequest = Message<"laneway.swarm.v1.RetireMemberRequest"> & {
+  /**
+   * The member id.
+   *
+   * @generated from field: string member_id = 1;
+   */
+  memberId: string;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.RetireMemberRequest.
+ * Use `create(RetireMemberRequestSchema)` to create a new message.
+ */
+export const RetireMemberRequestSchema: GenMessage<RetireMemberRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 10);
+
+/**
+ * RetireMemberResponse reports the retirement.
+ *
+ * @generated from message laneway.swarm.v1.RetireMemberResponse
+ */
+export type RetireMemberResponse = Message<"laneway.swarm.v1.RetireMemberResponse"> & {
+  /**
+   * The retired member.
+   *
+   * @generated from field: laneway.swarm.v1.RetiredMember retired = 1;
+   */
+  retired?: RetiredMember | undefined;
+
+  /**
+   * Whether the member's Redis ACL user was deleted (false when the hive has
+   * no Redis URL).
+   *
+   * @generated from field: bool redis_user_deleted = 2;
+   */
+  redisUserDeleted: boolean;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.RetireMemberResponse.
+ * Use `create(RetireMemberResponseSchema)` to create a new message.
+ */
+export const RetireMemberResponseSchema: GenMessage<RetireMemberResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 11);
 
 /**
  * MigrateStateRequest names the state to move.
@@ -333,7 +498,7 @@ export type MigrateStateRequest = Message<"laneway.swarm.v1.MigrateStateRequest"
  * Use `create(MigrateStateRequestSchema)` to create a new message.
  */
 export const MigrateStateRequestSchema: GenMessage<MigrateStateRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 9);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 12);
 
 /**
  * MigrationProgress counts what one migration call did.
@@ -368,7 +533,7 @@ export type MigrationProgress = Message<"laneway.swarm.v1.MigrationProgress"> & 
  * Use `create(MigrationProgressSchema)` to create a new message.
  */
 export const MigrationProgressSchema: GenMessage<MigrationProgress> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 10);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 13);
 
 /**
  * MigrateStateResponse reports the state migration.
@@ -389,7 +554,7 @@ export type MigrateStateResponse = Message<"laneway.swarm.v1.MigrateStateRespons
  * Use `create(MigrateStateResponseSchema)` to create a new message.
  */
 export const MigrateStateResponseSchema: GenMessage<MigrateStateResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 11);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 14);
 
 /**
  * QueuePolicy is the consumer policy of a migrated lane queue.
@@ -419,7 +584,7 @@ export type QueuePolicy = Message<"laneway.swarm.v1.QueuePolicy"> & {
  * Use `create(QueuePolicySchema)` to create a new message.
  */
 export const QueuePolicySchema: GenMessage<QueuePolicy> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 12);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 15);
 
 /**
  * MigrateQueueRequest names the legacy queue to move.
@@ -455,7 +620,7 @@ export type MigrateQueueRequest = Message<"laneway.swarm.v1.MigrateQueueRequest"
  * Use `create(MigrateQueueRequestSchema)` to create a new message.
  */
 export const MigrateQueueRequestSchema: GenMessage<MigrateQueueRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 13);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 16);
 
 /**
  * MigrateQueueResponse reports the queue migration.
@@ -476,7 +641,7 @@ export type MigrateQueueResponse = Message<"laneway.swarm.v1.MigrateQueueRespons
  * Use `create(MigrateQueueResponseSchema)` to create a new message.
  */
 export const MigrateQueueResponseSchema: GenMessage<MigrateQueueResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 14);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 17);
 
 /**
  * MigrateDeadRequest names the swarm whose dead letters move.
@@ -497,7 +662,7 @@ export type MigrateDeadRequest = Message<"laneway.swarm.v1.MigrateDeadRequest"> 
  * Use `create(MigrateDeadRequestSchema)` to create a new message.
  */
 export const MigrateDeadRequestSchema: GenMessage<MigrateDeadRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 15);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 18);
 
 /**
  * MigrateDeadResponse reports the dead letter migration.
@@ -518,7 +683,7 @@ export type MigrateDeadResponse = Message<"laneway.swarm.v1.MigrateDeadResponse"
  * Use `create(MigrateDeadResponseSchema)` to create a new message.
  */
 export const MigrateDeadResponseSchema: GenMessage<MigrateDeadResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 16);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 19);
 
 /**
  * HiveHubService is the hub operator's API: it shapes member credentials
@@ -531,8 +696,10 @@ export const HiveHubService: GenService<{
   /**
    * Scope creates the signer record's member_swarms field and lists every
    * existing member with the given swarms, or with every swarm in the store
-   * when none is given. Members already listed keep their swarms. Errors:
-   * `swarm_invalid` (an invalid swarm name), `swarm_unavailable` (the record
+   * (the swarms whose streams exist on the NATS server) when none is given.
+   * Members already listed keep their swarms. Errors: `swarm_invalid` (an
+   * invalid swarm name, a malformed record), `swarm_conflict` (a `file:`
+   * signer record, which is never written), `swarm_unavailable` (the record
    * or broker cannot be reached).
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.Scope
@@ -546,7 +713,10 @@ export const HiveHubService: GenService<{
    * Invite registers a new member and returns its invite. Once the
    * member_swarms field exists the member is listed the same way as Scope
    * lists members, and the invite is marked scoped; Invite never creates the
-   * field. Errors: `swarm_invalid`, `swarm_conflict` (the member exists).
+   * field, so invites issued before Scope stay unscoped. When the hive has a
+   * Redis URL, the member's Redis ACL user is created and its URL is in the
+   * invite. Errors: `swarm_invalid`, `swarm_conflict` (the member exists),
+   * `swarm_unavailable`.
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.Invite
    */
@@ -569,7 +739,8 @@ export const HiveHubService: GenService<{
    * RenderGrant returns the NATS permissions a member's next credential
    * would carry, without minting it. Errors: `swarm_forbidden` with `the hub
    * record lists no member swarms for hive member <id>` when the record has a
-   * member_swarms field that omits the member.
+   * member_swarms field that omits the member; `swarm_not_found` when no
+   * such member is registered.
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.RenderGrant
    */
@@ -577,6 +748,25 @@ export const HiveHubService: GenService<{
     methodKind: "unary";
     input: typeof RenderGrantRequestSchema;
     output: typeof RenderGrantResponseSchema;
+  },
+  /**
+   * RetireMember retires a hive member: every NATS user key minted for it
+   * and not yet expired joins the hive account's revocation list (the NATS
+   * server disconnects and refuses those credentials at once, while other
+   * members stay connected), its Redis ACL user is deleted when the hive has
+   * a Redis URL, and its member record, with the digest of its invite
+   * secret, is deleted, so the invite no longer authenticates. The member is
+   * then listed as retired, and the id may be invited again with a new
+   * secret. Errors: `swarm_not_found` (no such member), `swarm_unavailable`
+   * (the broker or Redis cannot be reached; nothing is deleted until the
+   * revocation is confirmed).
+   *
+   * @generated from rpc laneway.swarm.v1.HiveHubService.RetireMember
+   */
+  retireMember: {
+    methodKind: "unary";
+    input: typeof RetireMemberRequestSchema;
+    output: typeof RetireMemberResponseSchema;
   },
   /**
    * MigrateState copies every retained revision of the named keys from the

@@ -10,7 +10,8 @@
 // invite secret as the bearer token. Project lane tokens grant neither.
 // Failures carry a `laneway.errors.v1.ErrorDetail` with one of the swarm
 // reasons (`swarm_invalid`, `swarm_forbidden`, `swarm_conflict`,
-// `swarm_unavailable`, `swarm_migration_incomplete`, `swarm_unscoped`) and the
+// `swarm_not_found`, `swarm_unavailable`, `swarm_migration_incomplete`,
+// `swarm_unscoped`) and the
 // specification's exact message text, for example `the hub record lists no
 // member swarms for hive member hive-c`.
 //
@@ -31,7 +32,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/swarm/v1/hive_member_service.proto.
  */
 export const file_laneway_swarm_v1_hive_member_service: GenFile = /*@__PURE__*/
-  fileDesc("CipsYW5ld2F5L3N3YXJtL3YxL2hpdmVfbWVtYmVyX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEilgEKEE1lbWJlckNyZWRlbnRpYWwSEQoJbWVtYmVyX2lkGAEgASgJEg0KBWNyZWRzGAIgASgJEg4KBnNjb3BlZBgDIAEoCBIOCgZzd2FybXMYBCADKAkSEAoIaGl2ZV9lbnYYBSADKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiDQoLSm9pblJlcXVlc3QiRgoMSm9pblJlc3BvbnNlEjYKCmNyZWRlbnRpYWwYASABKAsyIi5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlckNyZWRlbnRpYWwiEAoOUmVmcmVzaFJlcXVlc3QiSQoPUmVmcmVzaFJlc3BvbnNlEjYKCmNyZWRlbnRpYWwYASABKAsyIi5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlckNyZWRlbnRpYWwyqgEKEUhpdmVNZW1iZXJTZXJ2aWNlEkUKBEpvaW4SHS5sYW5ld2F5LnN3YXJtLnYxLkpvaW5SZXF1ZXN0Gh4ubGFuZXdheS5zd2FybS52MS5Kb2luUmVzcG9uc2USTgoHUmVmcmVzaBIgLmxhbmV3YXkuc3dhcm0udjEuUmVmcmVzaFJlcXVlc3QaIS5sYW5ld2F5LnN3YXJtLnYxLlJlZnJlc2hSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp]);
+  fileDesc("CipsYW5ld2F5L3N3YXJtL3YxL2hpdmVfbWVtYmVyX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEi0AEKEE1lbWJlckNyZWRlbnRpYWwSEQoJbWVtYmVyX2lkGAEgASgJEg0KBWNyZWRzGAIgASgJEg4KBnNjb3BlZBgDIAEoCBIOCgZzd2FybXMYBCADKAkSEAoIaGl2ZV9lbnYYBSADKAkSLgoKZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJcmVkaXNfdXJsGAcgASgJEhQKDGluYm94X3ByZWZpeBgIIAEoCRIPCgdidXNfdXJsGAkgASgJIg0KC0pvaW5SZXF1ZXN0IkYKDEpvaW5SZXNwb25zZRI2CgpjcmVkZW50aWFsGAEgASgLMiIubGFuZXdheS5zd2FybS52MS5NZW1iZXJDcmVkZW50aWFsIhAKDlJlZnJlc2hSZXF1ZXN0IkkKD1JlZnJlc2hSZXNwb25zZRI2CgpjcmVkZW50aWFsGAEgASgLMiIubGFuZXdheS5zd2FybS52MS5NZW1iZXJDcmVkZW50aWFsMqoBChFIaXZlTWVtYmVyU2VydmljZRJFCgRKb2luEh0ubGFuZXdheS5zd2FybS52MS5Kb2luUmVxdWVzdBoeLmxhbmV3YXkuc3dhcm0udjEuSm9pblJlc3BvbnNlEk4KB1JlZnJlc2gSIC5sYW5ld2F5LnN3YXJtLnYxLlJlZnJlc2hSZXF1ZXN0GiEubGFuZXdheS5zd2FybS52MS5SZWZyZXNoUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * MemberCredential is a freshly minted NATS credential and its settings.
@@ -70,8 +71,9 @@ export type MemberCredential = Message<"laneway.swarm.v1.MemberCredential"> & {
 
   /**
    * The hive.env lines (`KEY=value`): AGENTIHOOKS_BUS=nats,
-   * AGENTIHOOKS_BUS_URL, AGENTIHOOKS_BUS_CREDENTIALS, AGENTIHOOKS_BUS_BIND=1,
-   * and AGENTIHOOKS_BUS_SCOPED=1 when scoped.
+   * AGENTIHOOKS_BUS_URL, AGENTIHOOKS_BUS_CREDENTIALS (`hive.creds`; the CLI
+   * writes the saved file's path), AGENTIHOOKS_BUS_SCOPED=1 when scoped,
+   * AGENTIHOOKS_BUS_BIND=1, and AGENTIHOOKS_REDIS_URL when the hive has Redis.
    *
    * @generated from field: repeated string hive_env = 5;
    */
@@ -83,6 +85,30 @@ export type MemberCredential = Message<"laneway.swarm.v1.MemberCredential"> & {
    * @generated from field: google.protobuf.Timestamp expires_at = 6;
    */
   expiresAt?: Timestamp | undefined;
+
+  /**
+   * The member's Redis URL with its freshly rotated password
+   * (AGENTIHOOKS_REDIS_URL), when the hive has a Redis URL; the previous
+   * password stops authenticating. Never log it.
+   *
+   * @generated from field: string redis_url = 7;
+   */
+  redisUrl: string;
+
+  /**
+   * The inbox prefix the member must connect with (`_INBOX.<member id>`):
+   * replies reach it only under that prefix.
+   *
+   * @generated from field: string inbox_prefix = 8;
+   */
+  inboxPrefix: string;
+
+  /**
+   * The NATS address the member reaches (AGENTIHOOKS_BUS_URL).
+   *
+   * @generated from field: string bus_url = 9;
+   */
+  busUrl: string;
 };
 
 /**
@@ -172,10 +198,17 @@ export const RefreshResponseSchema: GenMessage<RefreshResponse> = /*@__PURE__*/
  */
 export const HiveMemberService: GenService<{
   /**
-   * Join mints the member's first NATS credential and returns it with the
-   * hive.env lines. The hub rereads the signer record on every call. Errors:
+   * Join mints the member's NATS credential and returns it with the
+   * hive.env lines. The hub rereads the signer record on every call. Like
+   * Refresh, it rotates: the member's previous credential is revoked once the
+   * new one is minted, and its Redis password is rotated when the hive has a
+   * Redis URL. Join may be repeated with the same invite. Errors:
    * `swarm_forbidden` with `the hub record lists no member swarms for hive
-   * member <id>` (checked before anything rotates).
+   * member <id>` (checked before anything is minted, revoked or rotated),
+   * `swarm_invalid` with `member_swarms must map member ids to lists of swarm
+   * names` or `member_swarms contains an invalid swarm name (<reason>)` for a
+   * malformed signer record, `swarm_unavailable` when the record, the broker
+   * or Redis cannot be reached.
    *
    * @generated from rpc laneway.swarm.v1.HiveMemberService.Join
    */
@@ -186,7 +219,8 @@ export const HiveMemberService: GenService<{
   },
   /**
    * Refresh mints a new credential from the current signer record, so a
-   * changed swarm list applies. Errors as for Join.
+   * changed swarm list applies without restarting the hub. Errors as for
+   * Join.
    *
    * @generated from rpc laneway.swarm.v1.HiveMemberService.Refresh
    */

@@ -1,0 +1,155 @@
+/**
+ * Opening the hub from a data directory and the environment: the hive's
+ * trust material (`laneway hive init`), the signer record
+ * (`AGENTIHOOKS_NATS_SIGNER`), the hub state, Redis
+ * (`LANEWAY_HIVE_REDIS_URL`), and two NATS connections of its own — the
+ * hub's service user in the hive account, and a system account user that
+ * pushes hive account updates (revocations, signing keys).
+ */
+import type { Env } from "../config/index.js";
+import { envValue, Secret } from "../config/index.js";
+import { safeErrorFields, type Logger } from "../log/logger.js";
+import { BrokerConnection } from "../nats/index.js";
+import { HiveAccountPublisher } from "./account-claims.js";
+import { SwarmError } from "./errors.js";
+import { HiveHub } from "./hive-hub.js";
+import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
+import { HubStateFile } from "./hub-store.js";
+import { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
+import { openSignerStore, SIGNER_ENV } from "./signer-store.js";
+import { isSwarmName } from "./swarm-names.js";
+import { swarmOfStream } from "./stream-names.js";
+
+export interface OpenHiveHubOptions {
+  readonly dataDir: string;
+  readonly env: Env;
+  /** The NATS servers Laneway uses (the embedded one, or `--nats-url`). */
+  readonly servers: readonly string[];
+  readonly log: Logger;
+  /** Relative `file:` signer folders resolve against it (default the working directory). */
+  readonly cwd?: string;
+  readonly credentialLifetimeMs?: number;
+  /** How long opening waits for the hub's NATS connections (default 10 s); later they connect in the background. */
+  readonly connectWaitMs?: number;
+}
+
+/** An opened hub and what it holds. */
+export interface OpenedHive {
+  readonly hub: HiveHub;
+  readonly trust: HiveTrust;
+  /** The hub's own connection in the hive account. */
+  readonly hubBroker: BrokerConnection;
+  /** The system account connection that pushes account updates. */
+  readonly systemBroker: BrokerConnection;
+  /** What the signer record is (`file` or `hub`). */
+  readonly signerKind: "file" | "hub";
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the hub, or returns undefined when the hive is not initialized.
+ * Refuses a malformed or unreadable signer record (SwarmError) before
+ * opening anything.
+ */
+export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHive | undefined> {
+  const trust = await loadHiveTrust(options.dataDir);
+  if (trust === undefined) return undefined;
+  const signer = openSignerStore(envValue(options.env, SIGNER_ENV), trust.dir, options.cwd);
+  await signer.read();
+  const stateFile = new HubStateFile(trust.statePath);
+  const state = await stateFile.load();
+  const redisUrl = envValue(options.env, REDIS_URL_ENV);
+  const redis = redisUrl === undefined ? undefined : RedisAccounts.open(new Secret(redisUrl));
+
+  const opened: { close(): Promise<unknown> }[] = [];
+  try {
+    const hubBroker = await BrokerConnection.open({
+      servers: options.servers,
+      credentialsFile: trust.credsPaths.hub,
+      name: "laneway-hub",
+      initialConnect: "retry",
+    });
+    opened.push(hubBroker);
+    const systemBroker = await BrokerConnection.open({
+      servers: options.servers,
+      credentialsFile: trust.credsPaths.system,
+      name: "laneway-hub-system",
+      initialConnect: "retry",
+      verifyJetStream: false,
+    });
+    opened.push(systemBroker);
+    const hub = new HiveHub({
+      trust,
+      signer,
+      stateFile,
+      state,
+      publisher: new HiveAccountPublisher(trust, systemBroker),
+      redis,
+      defaultBusUrl: trust.busUrl ?? options.servers[0]!,
+      listSwarms: () => swarmsInStore(hubBroker),
+      log: options.log,
+      ...(options.credentialLifetimeMs === undefined ? {} : { credentialLifetimeMs: options.credentialLifetimeMs }),
+    });
+    // The server is usually up already (the embedded one always is): wait a
+    // little for both connections, so that the first calls find them; a
+    // server that comes later is joined in the background.
+    await bothConnected([hubBroker, systemBroker], options.connectWaitMs ?? 10_000);
+    // Bring the server's hive account up to date (a server the operator
+    // provisioned may hold an older one) as soon as the system user connects.
+    const sync = () =>
+      hub.syncAccount().catch((error: unknown) =>
+        options.log.warn("the hive account could not be updated on the NATS server; the next join or refresh retries", safeErrorFields(error)),
+      );
+    if (systemBroker.state === "connected") void sync();
+    const unsubscribe = systemBroker.onStateChange((change) => {
+      if (change.state === "connected") void sync();
+    });
+    return {
+      hub,
+      trust,
+      hubBroker,
+      systemBroker,
+      signerKind: signer.kind,
+      async close() {
+        unsubscribe();
+        await redis?.close();
+        await systemBroker.close();
+        await hubBroker.close();
+      },
+    };
+  } catch (error) {
+    for (const part of opened.reverse()) await part.close().catch(() => {});
+    await redis?.close();
+    throw error;
+  }
+}
+
+/** Resolves once every connection is connected, or after `timeoutMs`. */
+async function bothConnected(brokers: readonly BrokerConnection[], timeoutMs: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const unsubscribes: (() => void)[] = [];
+  await new Promise<void>((resolve) => {
+    const check = () => {
+      if (brokers.every((b) => b.state === "connected")) resolve();
+    };
+    for (const broker of brokers) unsubscribes.push(broker.onStateChange(check));
+    timer = setTimeout(resolve, timeoutMs);
+    check();
+  });
+  clearTimeout(timer);
+  for (const unsubscribe of unsubscribes) unsubscribe();
+}
+
+/** Every swarm with a stream on the server, in either name format (sorted). */
+export async function swarmsInStore(hubBroker: BrokerConnection): Promise<string[]> {
+  const swarms = new Set<string>();
+  try {
+    for await (const name of hubBroker.jetstreamManager().streams.names()) {
+      const swarm = swarmOfStream(name);
+      if (swarm !== undefined && isSwarmName(swarm)) swarms.add(swarm);
+    }
+  } catch (error) {
+    throw new SwarmError("swarm_unavailable", "the swarms in the store cannot be listed: the NATS server cannot be reached", { cause: error });
+  }
+  return [...swarms].sort();
+}

@@ -1,0 +1,110 @@
+/**
+ * The signer record: the hive account's signing key, which signs every
+ * member credential, and the optional `member_swarms` field, which decides
+ * each credential's shape. The hub rereads it on every join and refresh,
+ * so a changed list applies without a restart.
+ *
+ * `member_swarms` is one JSON object mapping member ids to lists of swarm
+ * names:
+ *
+ * ```json
+ * { "member_swarms": { "hive-a": ["rig-grade-swarm"], "hive-b": ["rig-grade-swarm", "demo"] } }
+ * ```
+ *
+ * A record whose field is not an object of lists, or that names a swarm
+ * that is not a valid subject token, is refused with the specification's
+ * exact texts; nothing is minted from it.
+ */
+import type { KeyPair } from "@nats-io/nkeys";
+import { Secret } from "../config/index.js";
+import { SwarmError, SWARM_TEXTS } from "./errors.js";
+import { NativeKeyPair } from "./native-keys.js";
+import { isMemberId, swarmNameProblem } from "./swarm-names.js";
+
+/** Member id → the swarms it belongs to. */
+export type MemberSwarms = ReadonlyMap<string, readonly string[]>;
+
+/** A signer record as read. */
+export interface SignerRecord {
+  /** The hive account signing key's seed (`SA…`). */
+  readonly signingKey: Secret;
+  /** The member_swarms field; undefined when the record has none. */
+  readonly memberSwarms: MemberSwarms | undefined;
+}
+
+/**
+ * Checks a member_swarms value (already parsed from JSON) and returns it as
+ * a map. Throws `swarm_invalid` with `member_swarms must map member ids to
+ * lists of swarm names` or `member_swarms contains an invalid swarm name
+ * (<reason>)`.
+ */
+export function parseMemberSwarms(value: unknown): MemberSwarms {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw shapeError();
+  const result = new Map<string, readonly string[]>();
+  for (const [memberId, swarms] of Object.entries(value as Record<string, unknown>)) {
+    if (!isMemberId(memberId) || !Array.isArray(swarms) || !swarms.every((s): s is string => typeof s === "string")) throw shapeError();
+    for (const swarm of swarms) {
+      const problem = swarmNameProblem(swarm);
+      if (problem !== undefined) throw new SwarmError("swarm_invalid", SWARM_TEXTS.invalidSwarmName(problem));
+    }
+    result.set(memberId, Object.freeze([...swarms]));
+  }
+  return result;
+}
+
+/** member_swarms as it is written back into a record: members sorted by id. */
+export function memberSwarmsJson(memberSwarms: MemberSwarms): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const id of [...memberSwarms.keys()].sort()) out[id] = [...memberSwarms.get(id)!];
+  return out;
+}
+
+/**
+ * Parses a record object: `signing_key` (when `expectSigningKey`) and the
+ * optional `member_swarms`. Throws `swarm_invalid`.
+ */
+export function parseRecordObject(value: unknown): { signingKey: Secret | undefined; memberSwarms: MemberSwarms | undefined } {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new SwarmError("swarm_invalid", "the signer record must be a JSON object");
+  }
+  const record = value as Record<string, unknown>;
+  const seed = record["signing_key"];
+  if (seed !== undefined && typeof seed !== "string") throw signingKeyError();
+  return {
+    signingKey: seed === undefined ? undefined : checkSigningKey(seed),
+    memberSwarms: Object.hasOwn(record, "member_swarms") ? parseMemberSwarms(record["member_swarms"]) : undefined,
+  };
+}
+
+/** Parses JSON text of a record; a syntax error is `swarm_invalid` without the text. */
+export function parseRecordJson(text: string): unknown {
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw new SwarmError("swarm_invalid", "the signer record is not valid JSON");
+  }
+}
+
+/** Checks that `seed` is an account signing key seed and wraps it. */
+export function checkSigningKey(seed: string): Secret {
+  try {
+    const pair = NativeKeyPair.fromSeed(seed);
+    if (!pair.getPublicKey().startsWith("A")) throw new Error("not an account key");
+  } catch {
+    throw signingKeyError();
+  }
+  return new Secret(seed.trim());
+}
+
+/** The key pair of a record's signing key. */
+export function signingKeyPair(record: SignerRecord): KeyPair {
+  return NativeKeyPair.fromSeed(record.signingKey.reveal());
+}
+
+function shapeError(): SwarmError {
+  return new SwarmError("swarm_invalid", SWARM_TEXTS.memberSwarmsShape);
+}
+
+function signingKeyError(): SwarmError {
+  return new SwarmError("swarm_invalid", "the signer record's signing key is not an account signing key seed (SA…)");
+}
