@@ -17,14 +17,16 @@
  *
  * What the throughput ratio includes. The raw baseline pays one fsync'd
  * commit per row. A Laneway submit pays, on its own path, HTTP + Connect +
- * validation + canonical JSON + one fsync'd lane transaction (the record
- * and its change-log row); meanwhile the runtime applies every queued
- * command in submission order, on the same event loop and disk: a second
- * lane transaction (Applying), the Kweb transaction (a signed transaction,
- * on a worker thread) and a third lane transaction (Committed) — up to four
- * fsync'd commits per command end to end (submissions that arrive in the
- * same event-loop turn share one group commit). Submit throughput is therefore
- * measured with that apply work competing; `commits/s during` is how fast
+ * validation + canonical JSON on the server's event loop, then one fsync'd
+ * lane transaction (the record and its change-log row) in the Kweb worker
+ * thread; submissions that reach the worker in one of its turns share that
+ * transaction (group commit). Meanwhile the runtime, in the same worker
+ * thread, applies every queued command in submission order: the Kweb
+ * transaction (signed, fsync'd) and the lane's status writes — "N committed,
+ * N+1 applying" as one transaction, fsync'd only when the runtime is about
+ * to wait or a watcher has waited 25 ms (docs/kmap.md, "What is fsync'd").
+ * Submit throughput is therefore measured with that apply work competing
+ * for the disk and the worker thread; `commits/s during` is how fast
  * commands actually reached Committed while the load ran (from the
  * `sequence` and change-log `position` of a marker command submitted right
  * after it), and `drain s` how long the backlog then took (the marker
@@ -103,7 +105,9 @@ export async function kmapLane(): Promise<void> {
   const token = randomBytes(32).toString("hex");
   const laneway = await startListening(
     "src/cli/main.ts",
-    ["serve", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "data")],
+    // The backlog bound is lifted: the flood measures how fast the lane
+    // applies, and at 64 in flight it can outrun the default bound.
+    ["serve", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "data"), "--kmap-max-pending", "10000000"],
     { LANEWAY_ADMIN_TOKEN: token },
   );
   // The orchestrator's own client only submits and follows marker commands
@@ -252,7 +256,7 @@ export async function kmapLane(): Promise<void> {
       rows.push([
         "Laneway SubmitCommand, Connect JSON",
         String(concurrency),
-        "1 + 3",
+        "≤1 + 1(+1)",
         run.submits.toFixed(0),
         (run.submits / base).toFixed(2),
         run.commits.toFixed(0),
@@ -266,8 +270,8 @@ export async function kmapLane(): Promise<void> {
         `Baseline: median of ${rawRows.length} runs around the Laneway rounds (${rawRows.map((r) => r.toFixed(0)).join(", ")} inserts/s).`,
         `Laneway rows: medians of ${rounds} rounds (submits/s: ${lanewayRounds.map((runs, i) => `${concurrencies[i]} in flight ${runs.map((r) => r.submits.toFixed(0)).join(", ")}`).join("; ")}).`,
         "ops/s: inserts/s (raw) or submits/s answered (Laneway). fsync'd tx/op for Laneway: the submit's lane transaction",
-        "(record + change-log row) on the request path, plus the Applying, Kweb and Committed transactions the runtime",
-        "commits for every command while the load runs (three of the four block the server's event loop).",
+        "(record + change-log row; one per group of submissions), plus the Kweb transaction of every command, plus the",
+        "lane's status transaction only when the runtime is about to wait; all of them in the Kweb worker thread.",
         "commits/s during: commands that reached Committed per second while the load ran (counted from the change-log",
         "position of a marker submitted right after it); drain s: how long the backlog the load left took to apply.",
       ].join("\n"),
@@ -291,6 +295,13 @@ export async function kmapLane(): Promise<void> {
         }),
       ],
     );
+    const goalRows = goalTable({
+      base,
+      oneInFlightCommits: laneways[0]!.commits,
+      floodCommits: laneways[concurrencies.length - 1]!.commits,
+      pacedP99: percentile(steady.probe.committedMs, 99),
+      idleH2P99: percentile(idleH2.committedMs, 99),
+    });
     console.log(
       [
         "",
@@ -304,9 +315,24 @@ export async function kmapLane(): Promise<void> {
         `(kmap-lane took ${elapsed.toFixed(0)} s)`,
       ].join("\n"),
     );
+    console.log(`\nKmap lane goals (issue 8), this run\n`);
+    printTable(["goal", "measured", "target", "met"], goalRows);
   } finally {
     markerTransport.close();
     await laneway.stop();
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** The issue's goals for the lane under load, each with this run's figure. */
+function goalTable(run: { base: number; oneInFlightCommits: number; floodCommits: number; pacedP99: number; idleH2P99: number }): string[][] {
+  const row = (goal: string, measured: number, digits: number, unit: string, target: string, met: boolean) => [goal, `${measured.toFixed(digits)}${unit}`, target, met ? "yes" : "NO"];
+  const duringRatio = run.floodCommits / run.oneInFlightCommits;
+  const rawRatio = run.floodCommits / run.base;
+  return [
+    row("commits/s during a 64-in-flight flood ÷ commits/s at 1 in flight", duringRatio, 2, "×", "≥ 0.80×", duringRatio >= 0.8),
+    row("commits/s during the flood ÷ raw SQLite inserts/s", rawRatio, 2, "×", "≥ 0.25×", rawRatio >= 0.25),
+    row("submit → Committed p99, paced at half the 1-in-flight commit rate", run.pacedP99, 1, " ms", "< 50 ms", run.pacedP99 < 50),
+    row("submit → Committed p99, idle, HTTP/2", run.idleH2P99, 1, " ms", "< 20 ms", run.idleH2P99 < 20),
+  ];
 }

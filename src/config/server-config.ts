@@ -49,6 +49,7 @@ export const SERVER_DEFAULTS = Object.freeze({
   headersTimeout: "10s",
   requestTimeout: "30s",
   idleTimeout: "30s",
+  kmapMaxPending: 10_000,
 });
 
 /**
@@ -74,6 +75,8 @@ const WIRE_RANGES = {
   maxConnections: { min: 8, max: 1_000_000 },
   timeout: { min: 100n * MILLISECOND, max: 10n * MINUTE },
 };
+
+const KMAP_MAX_PENDING_RANGE = { min: 1, max: 10_000_000 };
 
 const MIN_REPLICAS = 1;
 const MAX_REPLICAS = 5;
@@ -110,6 +113,8 @@ export interface ServerConfig {
   readonly adminToken: Secret | undefined;
   /** Read limits and timeouts for every connection and request. */
   readonly wire: WireLimits;
+  /** The most unfinished Kmap commands; past it SubmitCommand answers resource_exhausted (`backlog_full`). */
+  readonly kmapMaxPending: number;
 }
 
 export interface ServerConfigOptions {
@@ -133,6 +138,12 @@ const SETTINGS = {
   "headers-timeout": { env: "LANEWAY_HEADERS_TIMEOUT", type: "string", value: "D", help: `time to send the request headers (default ${SERVER_DEFAULTS.headersTimeout})` },
   "request-timeout": { env: "LANEWAY_REQUEST_TIMEOUT", type: "string", value: "D", help: `time to send a whole request (default ${SERVER_DEFAULTS.requestTimeout})` },
   "idle-timeout": { env: "LANEWAY_IDLE_TIMEOUT", type: "string", value: "D", help: `idle HTTP/2 session, or a response the peer stops reading (default ${SERVER_DEFAULTS.idleTimeout})` },
+  "kmap-max-pending": {
+    env: "LANEWAY_KMAP_MAX_PENDING",
+    type: "string",
+    value: "N",
+    help: `unfinished Kmap commands at most; past it SubmitCommand answers resource_exhausted (default ${SERVER_DEFAULTS.kmapMaxPending})`,
+  },
 } as const;
 
 /** `laneway serve --help`: every flag with its variable and meaning, aligned. */
@@ -248,6 +259,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
   if (wire.headersTimeoutMs > wire.requestTimeoutMs) {
     throw new ServerConfigError("--headers-timeout must be at most --request-timeout", "--headers-timeout");
   }
+  const kmapMaxPending = parseCount(pick("kmap-max-pending"), SERVER_DEFAULTS.kmapMaxPending, KMAP_MAX_PENDING_RANGE);
 
   return Object.freeze({
     listen,
@@ -262,6 +274,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     shutdownTimeoutMs,
     adminToken,
     wire,
+    kmapMaxPending,
   });
 }
 

@@ -1,4 +1,5 @@
 import type { CommandEvent } from "./command-record.js";
+import type { LaneCounters } from "./command-store.js";
 
 /**
  * The in-memory side of the change log. SQLite stays the record of what
@@ -6,9 +7,16 @@ import type { CommandEvent } from "./command-record.js";
  * changes so that a watcher that is keeping up reads them from memory
  * instead of querying SQLite on every change.
  *
+ * Only durable changes are published here (see DurableChanges): the feed's
+ * `latestPosition` is the durable horizon, and replays from SQLite stop at
+ * it, so no watcher ever sees a change that a power failure could take back.
+ *
  * Each published change bumps `version`, so a watcher that read the log at
  * version v and found nothing new waits for `version > v` and cannot miss a
  * change published between its read and its wait.
+ *
+ * The feed also carries the lane's counters as the writer last reported
+ * them (the backlog of unfinished commands, the change log's range).
  */
 export class ChangeFeed {
   static readonly RECENT = 1024;
@@ -16,27 +24,64 @@ export class ChangeFeed {
   #waiters: (() => void)[] = [];
   /** The latest changes, contiguous positions in increasing order. */
   #recent: CommandEvent[] = [];
+  #counters: LaneCounters;
+
+  constructor(counters: LaneCounters = { pending: 0, latestPosition: 0, oldestPosition: 1 }) {
+    this.#counters = counters;
+  }
 
   get version(): number {
     return this.#version;
   }
 
-  /** Publishes a change just committed to SQLite (in commit order). */
-  publish(event: CommandEvent): void {
-    this.#recent.push(event);
+  /** The newest durable change-log position: watchers may read up to it. */
+  get latestPosition(): number {
+    return this.#counters.latestPosition;
+  }
+
+  /** The writer's counters: backlog and change-log range. */
+  get counters(): LaneCounters {
+    return this.#counters;
+  }
+
+  /**
+   * Publishes durable changes, in commit order, with the writer's counters
+   * as of their commit (the latest position is that of the last change).
+   */
+  publish(events: readonly CommandEvent[], counters: Omit<LaneCounters, "latestPosition">): void {
+    for (const event of events) this.#recent.push(event);
     if (this.#recent.length > ChangeFeed.RECENT * 2) this.#recent = this.#recent.slice(-ChangeFeed.RECENT);
+    const latest = events.length > 0 ? Math.max(this.#counters.latestPosition, events[events.length - 1]!.position) : this.#counters.latestPosition;
+    this.#counters = { pending: counters.pending, oldestPosition: counters.oldestPosition, latestPosition: latest };
+    if (events.length === 0) return;
     this.#version += 1;
     for (const waiter of this.#waiters.splice(0)) waiter();
   }
 
   /**
-   * The changes after `position` (optionally of one command) when memory
-   * holds all of them; undefined when the caller must read SQLite.
+   * Up to `limit` changes after `position` (optionally of one command) when
+   * memory holds all of them, and the position up to which memory was
+   * examined; undefined when the caller must read SQLite.
    */
-  recentAfter(position: number, idempotencyId: string | undefined): CommandEvent[] | undefined {
+  recentAfter(position: number, idempotencyId: string | undefined, limit = Number.POSITIVE_INFINITY): { events: CommandEvent[]; scannedThrough: number } | undefined {
     const first = this.#recent[0];
-    if (first === undefined || position < first.position - 1) return undefined;
-    return this.#recent.filter((e) => e.position > position && (idempotencyId === undefined || e.record.submission.idempotencyId === idempotencyId));
+    if (first === undefined) return position >= this.#counters.latestPosition ? { events: [], scannedThrough: position } : undefined;
+    if (position < first.position - 1) return undefined;
+    const events: CommandEvent[] = [];
+    // Positions in memory are increasing and normally contiguous: start at
+    // the first one after `position` (searching only if there is a gap).
+    let start = Math.max(0, position - first.position + 1);
+    if (start > 0 && this.#recent[start - 1]?.position !== position) {
+      start = this.#recent.findIndex((e) => e.position > position);
+      if (start < 0) start = this.#recent.length;
+    }
+    let scannedThrough = position;
+    for (let i = start; i < this.#recent.length && events.length < limit; i++) {
+      const event = this.#recent[i]!;
+      if (idempotencyId === undefined || event.record.submission.idempotencyId === idempotencyId) events.push(event);
+      scannedThrough = event.position;
+    }
+    return { events, scannedThrough };
   }
 
   /** Resolves once a change after `sinceVersion` was published, or when `signal` aborts. */

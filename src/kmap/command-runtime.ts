@@ -1,62 +1,110 @@
+import { performance } from "node:perf_hooks";
 import { silentLogger, type Logger } from "../log/logger.js";
-import type { ChangeFeed } from "./change-feed.js";
 import { systemClock, type Clock } from "./clock.js";
-import type { CommandEvent, CommandRecord } from "./command-record.js";
+import type { CommandRecord } from "./command-record.js";
+import { toRecord } from "./command-rows.js";
+import type { CommandStore, Durability } from "./command-store.js";
+import type { DurableChanges } from "./durable-changes.js";
 import { KmapError } from "./errors.js";
-import { WriterUnavailableError, type KwebManager } from "./kweb-manager.js";
-import type { CommandStore } from "./command-store.js";
+import { WriterUnavailableError, type ApplyOutcome, type KwebManager } from "./kweb-manager.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { retryDelayMs } from "./retry-backoff.js";
 
 /** The Kweb manager failed in a way that is not a writer outage. Ends the runtime. */
 export class KwebTaskError extends KmapError {
+  override readonly name: string = "KwebTaskError";
+
   constructor(cause: unknown) {
     super("internal", "the Kweb manager failed while applying a command", { cause });
   }
 }
 
+/** The default number of change-log entries kept (docs/kmap.md, "The change log"). */
+export const DEFAULT_EVENT_RETENTION = 1_000_000;
+
+/** How many change-log entries one pruning transaction deletes at most. */
+const PRUNE_ROWS_PER_WRITE = 5_000;
+
 export interface RuntimeOptions {
   readonly clock?: Clock;
   readonly logger?: Logger;
   readonly pausePoints?: PausePoints;
+  /** How many change-log entries to keep; older ones are pruned. Default 1,000,000. */
+  readonly eventRetention?: number;
 }
+
+/** What the application supervises: the future of the specification's runtime. */
+export interface LaneRuntime {
+  /** Resolves when stopped; rejects when SQLite or the Kweb manager fails. The same promise on every call. */
+  run(): Promise<void>;
+  /** Stops after the record being applied, if any; resolves when the loop has ended. */
+  stop(): Promise<void>;
+}
+
+/** Lets the event loop run everything that is waiting (I/O, messages, timers) before the next record. */
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * How long the runtime works through a backlog before it yields to the
+ * event loop. Long enough that the submissions arriving meanwhile are
+ * committed as one group (one fsync for all of them) rather than one group
+ * per command, short enough that a submission waits at most this long.
+ */
+const SLICE_MS = 10;
 
 /**
  * The supervised runtime that applies queued commands.
  *
  * It works strictly in durable submission order: only the first unfinished
  * record (the head) is ever taken. For each it marks the record Applying,
- * hands it to the Kweb manager (which applies off the event loop and checks
- * provenance first), and records the outcome. A writer outage returns the
- * head to Queued with exponential backoff bounded at 60 s — later records
- * wait behind it, so order is preserved — while invalid input, missing
- * nodes and stale revisions become terminal Failed records and the runtime
- * moves on. A new submission wakes it at once.
+ * hands it to the Kweb manager (which checks provenance first), and records
+ * the outcome. A writer outage returns the head to Queued with exponential
+ * backoff bounded at 60 s — later records wait behind it, so order is
+ * preserved — while invalid input, missing nodes and stale revisions become
+ * terminal Failed records and the runtime moves on. A new submission wakes
+ * it at once.
+ *
+ * One record, one Kweb transaction, one outcome — but the lane's own writes
+ * are shared where they can be: when a command commits and its successor is
+ * due, "N committed" and "N+1 applying" are one SQLite transaction. Which
+ * writes are fsync'd is decided here (docs/kmap.md, "What is fsync'd"):
+ * Applying marks and Committed outcomes followed at once by more work are
+ * `normal` (recovery rebuilds them exactly through provenance); a Failed
+ * outcome, a retry, and the last write before the runtime may wait are
+ * `full`. Between records the runtime yields to the event loop, so whatever
+ * shares its thread (submissions in the worker, requests on the main
+ * thread) is never starved by a backlog, and does not starve it either.
+ *
+ * The same runtime runs wherever its store and manager are: in the Kweb
+ * worker thread for the embedded Kweb (the server's default), or on the
+ * caller's thread for a library user's own KwebManager.
  *
  * `run()` is the future the application supervises: it resolves when
  * `stop()` is called and rejects when SQLite or the manager fails; the
  * application then reports the core as not serving and exits so that a
  * restart recovers.
  */
-export class CommandRuntime {
+export class CommandRuntime implements LaneRuntime {
   readonly #store: CommandStore;
   readonly #manager: KwebManager;
-  readonly #feed: ChangeFeed;
+  readonly #changes: DurableChanges;
   readonly #clock: Clock;
   readonly #log: Logger;
   readonly #pause: PausePoints;
+  readonly #retention: number;
   readonly #stopping = new AbortController();
   #woken = false;
   #wakeWaiter: (() => void) | undefined;
   #running: Promise<void> | undefined;
 
-  constructor(store: CommandStore, manager: KwebManager, feed: ChangeFeed, options: RuntimeOptions = {}) {
+  constructor(store: CommandStore, manager: KwebManager, changes: DurableChanges, options: RuntimeOptions = {}) {
     this.#store = store;
     this.#manager = manager;
-    this.#feed = feed;
+    this.#changes = changes;
     this.#clock = options.clock ?? systemClock;
     this.#log = options.logger ?? silentLogger;
     this.#pause = options.pausePoints ?? noPausePoints;
+    this.#retention = Math.max(1, Math.floor(options.eventRetention ?? DEFAULT_EVENT_RETENTION));
   }
 
   /** Starts the runtime once the manager is ready; the same promise on every call. */
@@ -97,21 +145,46 @@ export class CommandRuntime {
     return this.#stopping.signal.aborted;
   }
 
+  /**
+   * Prunes the change log when it holds enough beyond the retention (a
+   * bounded delete per call). Called by whoever writes to the store, after
+   * a write.
+   */
+  maintain(): void {
+    if (this.#store.pruneDue(this.#retention)) {
+      if (this.#store.prune(this.#retention, PRUNE_ROWS_PER_WRITE) > 0) this.#changes.countersChanged();
+    }
+  }
+
   async #loop(): Promise<void> {
     await this.#manager.ready();
-    while (!this.stopped) {
-      this.#woken = false;
-      const head = this.#store.head();
-      if (head === undefined) {
-        await this.#idle(undefined);
-        continue;
+    /** A record this loop already marked Applying (alone or with the previous outcome). */
+    let taken: CommandRecord | undefined;
+    let sliceStarted = performance.now();
+    for (;;) {
+      if (taken === undefined) {
+        if (this.stopped) return;
+        this.#woken = false;
+        const head = this.#store.head();
+        if (head === undefined) {
+          await this.#idle(undefined);
+          sliceStarted = performance.now();
+          continue;
+        }
+        if (head.state !== "queued") throw new KmapError("internal", `command ${head.sequence} is ${head.state} although no attempt is in progress`);
+        const dueIn = (head.nextAttemptAt ?? 0) - this.#clock.now();
+        if (dueIn > 0) {
+          await this.#idle(dueIn);
+          continue;
+        }
+        taken = this.#take(head);
       }
-      const dueIn = (head.nextAttemptAt ?? 0) - this.#clock.now();
-      if (dueIn > 0) {
-        await this.#idle(dueIn);
-        continue;
+      taken = await this.#attempt(taken);
+      this.maintain();
+      if (taken === undefined || performance.now() - sliceStarted >= SLICE_MS) {
+        await yieldToEventLoop();
+        sliceStarted = performance.now();
       }
-      await this.#apply(head);
     }
   }
 
@@ -127,36 +200,85 @@ export class CommandRuntime {
     this.#wakeWaiter = undefined;
   }
 
-  #record(event: CommandEvent): void {
-    this.#feed.publish(event);
+  /** `normal` unless held changes have waited long enough (see DurableChanges). */
+  #continuing(): Durability {
+    return this.#changes.syncDue ? "full" : "normal";
   }
 
-  async #apply(head: CommandRecord): Promise<void> {
-    const id = head.submission.idempotencyId;
-    const attempts = head.attempts + 1;
-    this.#record(this.#store.markApplying(head.sequence, attempts, this.#clock.now()));
-    this.#pause.reached("after-applying", id);
-    let outcome;
+  /** Marks the head Applying on its own (the runtime was idle or the previous outcome took nothing). */
+  #take(head: CommandRecord): CommandRecord {
+    const durability = this.#continuing();
+    const row = this.#store.markApplying(head.sequence, head.attempts + 1, this.#clock.now(), durability);
+    this.#changes.committed([row], durability);
+    const taken = toRecord(row);
+    this.#pause.reached("after-applying", taken.submission.idempotencyId);
+    return taken;
+  }
+
+  /**
+   * Hands an Applying record to the manager and records the outcome.
+   * Returns the next record when it was taken in the same transaction.
+   */
+  async #attempt(record: CommandRecord): Promise<CommandRecord | undefined> {
+    const id = record.submission.idempotencyId;
+    let outcome: ApplyOutcome;
     try {
       outcome = await this.#manager.apply({
         idempotencyId: id,
-        command: head.submission.command,
-        expectedTransactionIds: head.submission.expectedTransactionIds,
+        command: record.submission.command,
+        expectedTransactionIds: record.submission.expectedTransactionIds,
       });
     } catch (error) {
       if (!(error instanceof WriterUnavailableError)) throw new KwebTaskError(error);
       const now = this.#clock.now();
-      const delay = retryDelayMs(attempts);
-      this.#record(this.#store.markRetry(head.sequence, now + delay, { code: "writer_unavailable", message: error.message }, now));
-      this.#log.warn("the Kweb writer is unavailable; the command will be retried", { sequence: head.sequence, attempts, retryInMs: delay });
-      return;
+      const delay = retryDelayMs(record.attempts);
+      const { rows } = this.#store.recordOutcome(
+        record.sequence,
+        { kind: "retry", nextAttemptAt: now + delay, error: { code: "writer_unavailable", message: error.message } },
+        now,
+        { durability: "full" },
+      );
+      this.#changes.committed(rows, "full");
+      this.#log.warn("the Kweb writer is unavailable; the command will be retried", { sequence: record.sequence, attempts: record.attempts, retryInMs: delay });
+      return undefined;
     }
-    if (outcome.kind === "committed") {
-      this.#pause.reached("after-kweb-commit", id);
-      this.#record(this.#store.markCommitted(head.sequence, outcome.transactionId, outcome.createdNodeId, this.#clock.now()));
-    } else {
-      this.#record(this.#store.markFailed(head.sequence, { code: outcome.code, message: outcome.message }, this.#clock.now()));
+
+    const now = this.#clock.now();
+    if (outcome.kind === "rejected") {
+      // A rejection leaves no trace in Kweb, and applying the command again
+      // after later commands could end differently: it is durable before
+      // anything else happens.
+      const { rows } = this.#store.recordOutcome(record.sequence, { kind: "failed", error: { code: outcome.code, message: outcome.message } }, now, {
+        durability: "full",
+      });
+      this.#changes.committed(rows, "full");
+      this.#pause.reached("between-records", id);
+      return undefined;
     }
+
+    this.#pause.reached("after-kweb-commit", id);
+    // Strict order: only the very next unfinished record may be taken, and
+    // only when it is due. A stop takes nothing more.
+    const next = this.stopped ? undefined : this.#dueSuccessor(record.sequence, now);
+    const durability = next ? this.#continuing() : "full";
+    const result = this.#store.recordOutcome(
+      record.sequence,
+      { kind: "committed", transactionId: outcome.transactionId, createdNodeId: outcome.createdNodeId },
+      now,
+      { durability, takeNext: next },
+    );
+    this.#changes.committed(result.rows, durability);
     this.#pause.reached("between-records", id);
+    if (result.next === undefined) return undefined;
+    const nextId = result.next.submission.idempotencyId;
+    this.#pause.reached("after-commit-and-applying", nextId);
+    this.#pause.reached("after-applying", nextId);
+    return result.next;
+  }
+
+  /** The record after `sequence` in submission order when it is Queued and due at `now`. */
+  #dueSuccessor(sequence: number, now: number): CommandRecord | undefined {
+    const next = this.#store.nextAfter(sequence);
+    return next !== undefined && next.state === "queued" && (next.nextAttemptAt ?? 0) <= now ? next : undefined;
   }
 }

@@ -1,19 +1,33 @@
 import Database from "better-sqlite3";
 import type { Database as SqliteDatabase, Statement } from "better-sqlite3";
-import { transitions, type CommandEvent, type CommandEventKind, type CommandFailure, type CommandRecord, type CommandState } from "./command-record.js";
-import { KmapError } from "./errors.js";
-import { parseSubmission } from "./submission.js";
+import { closeSync, fsyncSync, openSync } from "node:fs";
+import { transitions, type CommandEventKind, type CommandFailure, type CommandRecord, type CommandState } from "./command-record.js";
+import { eventColumns, recordColumns, toRecord, type CommandRow, type EventRow } from "./command-rows.js";
+import { KmapBusyError, KmapError } from "./errors.js";
+import { isLockContention } from "./kweb/sqlite-errors.js";
 
 /**
  * The command lane's storage: one SQLite file, authoritative for command
- * lifecycle state. WAL with `synchronous=FULL`, so a change is on disk
- * before any caller hears of it.
+ * lifecycle state, written by one connection (the runtime's and the
+ * submissions'; reads for callers go through CommandReader's own read-only
+ * connection).
  *
  * Two tables: `commands` (one row per submission, in submission order) and
  * `command_events` (the change log: one row per change, written in the same
  * transaction as the change, so WatchCommands can replay from any position
  * after a restart). Every transition states the state it expects; a record
  * in another state is an invariant violation, never silently overwritten.
+ *
+ * Durability (WAL; docs/kmap.md, "What is fsync'd"): every write states
+ * whether it must be on disk when it returns. `full` commits with
+ * `synchronous=FULL` (the WAL is fsync'd at commit): submissions, terminal
+ * failures, and any transition after which the runtime may wait. `normal`
+ * commits without an fsync (`synchronous=NORMAL`): transitions that recovery
+ * rebuilds exactly — marking a record Applying, and recording a Committed
+ * outcome, whose signed transaction the Kweb already holds durably under the
+ * command's provenance. A later `full` commit makes every earlier one durable
+ * too (the WAL is one append-only file), and `syncFiles` does the same
+ * without a write.
  *
  * Every write is an IMMEDIATE transaction: it takes the write lock before
  * reading, so another writer makes it wait up to the busy timeout instead
@@ -25,33 +39,20 @@ import { parseSubmission } from "./submission.js";
 
 /** A failure of the lane's SQLite database. The runtime ends on it. */
 export class CommandStoreError extends KmapError {
+  override readonly name: string = "CommandStoreError";
+
   constructor(action: string, cause: unknown) {
     super("internal", `the command lane database failed while ${action}`, { cause });
   }
 }
 
-const SCHEMA_VERSION = 1;
+/** Whether a write must be on disk when it returns (`full`) or may wait for the next fsync (`normal`). */
+export type Durability = "full" | "normal";
 
-interface CommandRow {
-  sequence: number;
-  idempotency_id: string;
-  submission: string;
-  state: CommandState;
-  submitted_at: number;
-  attempts: number;
-  next_attempt_at: number | null;
-  transaction_id: string | null;
-  created_node_id: string | null;
-  error_code: string | null;
-  error_message: string | null;
-  updated_at: number;
-}
+export const SCHEMA_VERSION = 1;
 
-interface EventRow extends CommandRow {
-  position: number;
-  kind: CommandEventKind;
-  changed_at: number;
-}
+/** How long the writer waits for a lock another connection holds, by default. */
+export const DEFAULT_LANE_BUSY_TIMEOUT_MS = 5_000;
 
 /** The fields a transition sets, besides state and times. */
 interface Change {
@@ -62,45 +63,78 @@ interface Change {
   readonly error?: CommandFailure | undefined;
 }
 
+/** How the runtime's attempt of one record ended. */
+export type AttemptOutcome =
+  | { readonly kind: "committed"; readonly transactionId: string; readonly createdNodeId: string | undefined }
+  | { readonly kind: "failed"; readonly error: CommandFailure }
+  | { readonly kind: "retry"; readonly nextAttemptAt: number; readonly error: CommandFailure };
+
+/** What one submitted item led to. */
+export type InsertResult =
+  | { readonly created: EventRow }
+  | { readonly existing: CommandRow; readonly queuedPosition: number }
+  | { readonly refused: "backlog_full" };
+
+/** The lane's counters, as of the last write. */
+export interface LaneCounters {
+  /** Unfinished (Queued or Applying) records. */
+  readonly pending: number;
+  /** The newest change-log position (0 when the log is empty). */
+  readonly latestPosition: number;
+  /** The oldest change the log still holds (latestPosition + 1 when it is empty). */
+  readonly oldestPosition: number;
+}
+
+export interface CommandStoreOptions {
+  /** How long a write waits for a lock another connection holds; default 5 s. */
+  readonly busyTimeoutMs?: number;
+}
+
 export class CommandStore {
   readonly #db: SqliteDatabase;
+  readonly #path: string;
   readonly #statements: {
     byId: Statement<[string], CommandRow>;
     bySequence: Statement<[number], CommandRow>;
-    all: Statement<[], CommandRow>;
-    page: Statement<[number, string | null, string | null, number], CommandRow>;
     head: Statement<[], CommandRow>;
+    nextAfter: Statement<[number], CommandRow>;
     insert: Statement<[string, string, number, number, number]>;
     update: Statement<[CommandState, number, number | null, string | null, string | null, string | null, string | null, number, number, CommandState]>;
     insertEvent: Statement<[CommandEventKind, number, number]>;
+    event: Statement<[number], EventRow>;
     applying: Statement<[], CommandRow>;
-    eventsAfter: Statement<[number, number], EventRow>;
-    eventsAfterFor: Statement<[number, string, number], EventRow>;
     queuedPosition: Statement<[number], { position: number }>;
+    pending: Statement<[], { n: number }>;
+    bounds: Statement<[], { oldest: number | null; latest: number | null }>;
+    firstUnfinishedPosition: Statement<[], { position: number | null }>;
+    prune: Statement<[number]>;
+    syncFull: Statement<[]>;
+    syncNormal: Statement<[]>;
   };
+  #synchronous: Durability = "full";
+  #pending: number;
+  #latestPosition: number;
+  #oldestPosition: number;
 
-  constructor(path: string) {
+  constructor(path: string, options: CommandStoreOptions = {}) {
+    this.#path = path;
     try {
       this.#db = new Database(path);
       this.#db.pragma("journal_mode = WAL");
       this.#db.pragma("synchronous = FULL");
       this.#db.pragma("foreign_keys = ON");
-      this.#db.pragma("busy_timeout = 5000");
+      this.#db.pragma(`busy_timeout = ${Math.max(0, Math.floor(options.busyTimeoutMs ?? DEFAULT_LANE_BUSY_TIMEOUT_MS))}`);
       this.#migrate();
     } catch (error) {
       if (error instanceof KmapError) throw error;
       throw new CommandStoreError("opening", error);
     }
-    const columns = "c.sequence, c.idempotency_id, c.submission, c.state, c.submitted_at, c.attempts, c.next_attempt_at, c.transaction_id, c.created_node_id, c.error_code, c.error_message, c.updated_at";
-    const eventColumns =
-      "e.position, e.kind, e.changed_at, c.sequence, c.idempotency_id, c.submission, e.state, c.submitted_at, e.attempts, e.next_attempt_at, e.transaction_id, e.created_node_id, e.error_code, e.error_message, e.changed_at AS updated_at";
     const db = this.#db;
     this.#statements = {
-      byId: db.prepare(`SELECT ${columns} FROM commands c WHERE c.idempotency_id = ?`),
-      bySequence: db.prepare(`SELECT ${columns} FROM commands c WHERE c.sequence = ?`),
-      all: db.prepare(`SELECT ${columns} FROM commands c ORDER BY c.sequence`),
-      page: db.prepare(`SELECT ${columns} FROM commands c WHERE c.sequence > ? AND (? IS NULL OR c.state = ?) ORDER BY c.sequence LIMIT ?`),
-      head: db.prepare(`SELECT ${columns} FROM commands c WHERE c.state IN ('queued', 'applying') ORDER BY c.sequence LIMIT 1`),
+      byId: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.idempotency_id = ?`),
+      bySequence: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.sequence = ?`),
+      head: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.state IN ('queued', 'applying') ORDER BY c.sequence LIMIT 1`),
+      nextAfter: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.state IN ('queued', 'applying') AND c.sequence > ? ORDER BY c.sequence LIMIT 1`),
       insert: db.prepare(
         "INSERT INTO commands (idempotency_id, submission, state, submitted_at, attempts, next_attempt_at, updated_at) VALUES (?, ?, 'queued', ?, 0, ?, ?)",
       ),
@@ -112,13 +146,22 @@ export class CommandStore {
         `INSERT INTO command_events (sequence, kind, state, attempts, next_attempt_at, transaction_id, created_node_id, error_code, error_message, changed_at)
          SELECT sequence, ?, state, attempts, next_attempt_at, transaction_id, created_node_id, error_code, error_message, ? FROM commands WHERE sequence = ?`,
       ),
-      applying: db.prepare(`SELECT ${columns} FROM commands c WHERE c.state = 'applying' ORDER BY c.sequence`),
-      eventsAfter: db.prepare(`SELECT ${eventColumns} FROM command_events e JOIN commands c ON c.sequence = e.sequence WHERE e.position > ? ORDER BY e.position LIMIT ?`),
-      eventsAfterFor: db.prepare(
-        `SELECT ${eventColumns} FROM command_events e JOIN commands c ON c.sequence = e.sequence WHERE e.position > ? AND c.idempotency_id = ? ORDER BY e.position LIMIT ?`,
-      ),
+      event: db.prepare(`SELECT ${eventColumns} FROM command_events e JOIN commands c ON c.sequence = e.sequence WHERE e.position = ?`),
+      applying: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.state = 'applying' ORDER BY c.sequence`),
       queuedPosition: db.prepare("SELECT position FROM command_events WHERE sequence = ? AND kind = 'queued'"),
+      pending: db.prepare("SELECT count(*) AS n FROM commands WHERE state IN ('queued', 'applying')"),
+      bounds: db.prepare("SELECT min(position) AS oldest, max(position) AS latest FROM command_events"),
+      firstUnfinishedPosition: db.prepare(
+        "SELECT min(position) AS position FROM command_events WHERE sequence = (SELECT min(sequence) FROM commands WHERE state IN ('queued', 'applying'))",
+      ),
+      prune: db.prepare("DELETE FROM command_events WHERE position <= ?"),
+      syncFull: db.prepare("PRAGMA synchronous = FULL"),
+      syncNormal: db.prepare("PRAGMA synchronous = NORMAL"),
     };
+    this.#pending = this.#statements.pending.get()!.n;
+    const bounds = this.#statements.bounds.get()!;
+    this.#latestPosition = bounds.latest ?? 0;
+    this.#oldestPosition = bounds.oldest ?? this.#latestPosition + 1;
   }
 
   #migrate(): void {
@@ -163,6 +206,11 @@ export class CommandStore {
     `);
   }
 
+  /** The lane's counters as of the last write. */
+  counters(): LaneCounters {
+    return { pending: this.#pending, latestPosition: this.#latestPosition, oldestPosition: this.#oldestPosition };
+  }
+
   #guard<T>(action: string, body: () => T): T {
     try {
       return body();
@@ -172,58 +220,91 @@ export class CommandStore {
     }
   }
 
-  /** Returns every Applying record to Queued, one `recovered` event each. */
-  recoverApplying(now: number): CommandEvent[] {
-    return this.#guard("recovering applying records", () =>
-      this.#db.transaction(() => this.#statements.applying.all().map((row) => this.#transition(row.sequence, "recovered", now, { nextAttemptAt: now }))).immediate(),
-    );
+  /** Runs `body` as one IMMEDIATE transaction committed with the given durability. */
+  #write<T>(durability: Durability, body: () => T): T {
+    if (this.#synchronous !== durability) {
+      (durability === "full" ? this.#statements.syncFull : this.#statements.syncNormal).run();
+      this.#synchronous = durability;
+    }
+    return this.#db.transaction(body).immediate();
   }
 
   /**
-   * Inserts Queued records, in the given order, in one transaction (one
-   * fsync for the whole group), skipping ids that exist. For each item it
-   * returns the new record's `queued` event, or the existing record and its
-   * canonical text (the caller compares submissions). An id repeated within
-   * the group finds its first occurrence.
+   * Returns every Applying record to Queued, one `recovered` event each, and
+   * then makes everything the file holds durable: a previous process may
+   * have committed `normal` writes the operating system has not written out
+   * yet, and they are about to be served as history.
+   */
+  recoverApplying(now: number): EventRow[] {
+    const rows = this.#guard("recovering applying records", () =>
+      this.#write("full", () => this.#statements.applying.all().map((row) => this.#transition(row.sequence, "recovered", now, { nextAttemptAt: now }))),
+    );
+    this.syncFiles();
+    return rows;
+  }
+
+  /**
+   * Forces what has been committed so far onto the disk (fsync of the WAL
+   * and of the database file), as a `full` commit would, without writing.
+   */
+  syncFiles(): void {
+    this.#guard("syncing to disk", () => {
+      for (const file of [`${this.#path}-wal`, this.#path]) {
+        let fd: number;
+        try {
+          fd = openSync(file, "r");
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code === "ENOENT") continue;
+          throw error;
+        }
+        try {
+          fsyncSync(fd);
+        } finally {
+          closeSync(fd);
+        }
+      }
+    });
+  }
+
+  /**
+   * Inserts Queued records, in the given order, in one `full` transaction
+   * (one fsync for the whole group), skipping ids that exist. For each item
+   * it returns the new record's `queued` event row, the existing record with
+   * the position of its `queued` event (0 when that change was pruned), or —
+   * for a new id while `maxPending` records are unfinished — a refusal. An
+   * id repeated within the group finds its first occurrence.
+   *
+   * A lock another connection holds for longer than the busy timeout fails
+   * the group with KmapBusyError (`unavailable`): nothing was stored.
    */
   insertQueued(
     items: readonly { readonly idempotencyId: string; readonly canonical: string }[],
     now: number,
-  ): ({ created: CommandEvent } | { existing: CommandRecord; canonical: string })[] {
-    return this.#guard("queueing commands", () =>
-      this.#db
-        .transaction(() =>
-          items.map((item) => {
+    maxPending = Number.POSITIVE_INFINITY,
+  ): InsertResult[] {
+    let created = 0;
+    let results: InsertResult[];
+    try {
+      results = this.#guard("queueing commands", () =>
+        this.#write("full", () => {
+          created = 0;
+          return items.map((item): InsertResult => {
             const existing = this.#statements.byId.get(item.idempotencyId);
-            if (existing) return { existing: toRecord(existing), canonical: existing.submission };
+            if (existing) return { existing, queuedPosition: this.#statements.queuedPosition.get(existing.sequence)?.position ?? 0 };
+            if (this.#pending + created >= maxPending) return { refused: "backlog_full" };
             const { lastInsertRowid } = this.#statements.insert.run(item.idempotencyId, item.canonical, now, now, now);
+            created += 1;
             return { created: this.#event(Number(lastInsertRowid), "queued", now) };
-          }),
-        )
-        .immediate(),
-    );
-  }
-
-  /** The position of a record's `queued` event. */
-  queuedPosition(sequence: number): number {
-    return this.#guard("reading the change log", () => this.#statements.queuedPosition.get(sequence)?.position ?? 0);
-  }
-
-  get(idempotencyId: string): CommandRecord | undefined {
-    return this.#guard("reading a record", () => {
-      const row = this.#statements.byId.get(idempotencyId);
-      return row ? toRecord(row) : undefined;
-    });
-  }
-
-  /** Every record in submission order. */
-  all(): CommandRecord[] {
-    return this.#guard("reading records", () => this.#statements.all.all().map(toRecord));
-  }
-
-  /** Records after a sequence, optionally in one state, in submission order. */
-  page(afterSequence: number, limit: number, state: CommandState | undefined): CommandRecord[] {
-    return this.#guard("reading records", () => this.#statements.page.all(afterSequence, state ?? null, state ?? null, limit).map(toRecord));
+          });
+        }),
+      );
+    } catch (error) {
+      if (error instanceof CommandStoreError && isLockContention(error.cause)) throw new KmapBusyError("the command lane database", { cause: error.cause });
+      throw error;
+    }
+    this.#pending += created;
+    this.#noteEvents(results.flatMap((r) => ("created" in r ? [r.created] : [])));
+    return results;
   }
 
   /** The first unfinished record in submission order: the only one the runtime may work on. */
@@ -234,44 +315,103 @@ export class CommandStore {
     });
   }
 
-  markApplying(sequence: number, attempts: number, now: number): CommandEvent {
-    return this.#guard("marking a record applying", () =>
-      this.#db.transaction(() => this.#transition(sequence, "applying", now, { attempts, nextAttemptAt: undefined, error: undefined })).immediate(),
-    );
-  }
-
-  markCommitted(sequence: number, transactionId: string, createdNodeId: string | undefined, now: number): CommandEvent {
-    return this.#guard("recording a committed transaction", () =>
-      this.#db.transaction(() => this.#transition(sequence, "committed", now, { transactionId, createdNodeId, error: undefined })).immediate(),
-    );
-  }
-
-  markFailed(sequence: number, error: CommandFailure, now: number): CommandEvent {
-    return this.#guard("recording a failure", () => this.#db.transaction(() => this.#transition(sequence, "failed", now, { error })).immediate());
-  }
-
-  markRetry(sequence: number, nextAttemptAt: number, error: CommandFailure, now: number): CommandEvent {
-    return this.#guard("scheduling a retry", () =>
-      this.#db.transaction(() => this.#transition(sequence, "retry_scheduled", now, { nextAttemptAt, error })).immediate(),
-    );
-  }
-
-  /** Change log entries after a position (optionally of one command), oldest first. */
-  eventsAfter(position: number, limit: number, idempotencyId?: string): CommandEvent[] {
-    return this.#guard("reading the change log", () => {
-      const rows =
-        idempotencyId === undefined
-          ? this.#statements.eventsAfter.all(position, limit)
-          : this.#statements.eventsAfterFor.all(position, idempotencyId, limit);
-      return rows.map(toEvent);
+  /** The first unfinished record after `sequence` in submission order. */
+  nextAfter(sequence: number): CommandRecord | undefined {
+    return this.#guard("reading the next record", () => {
+      const row = this.#statements.nextAfter.get(sequence);
+      return row ? toRecord(row) : undefined;
     });
   }
 
-  close(): void {
-    this.#db.close();
+  /** Marks a Queued record Applying (its `attempts`-th attempt). */
+  markApplying(sequence: number, attempts: number, now: number, durability: Durability): EventRow {
+    const row = this.#guard("marking a record applying", () =>
+      this.#write(durability, () => this.#transition(sequence, "applying", now, { attempts, nextAttemptAt: undefined, error: undefined })),
+    );
+    this.#noteEvents([row]);
+    return row;
   }
 
-  #transition(sequence: number, kind: Exclude<CommandEventKind, "queued">, now: number, change: Change): CommandEvent {
+  /**
+   * Records how an attempt ended and, when `takeNext` names the next record
+   * (the caller found it Queued and due: see nextAfter), marks that record
+   * Applying in the same transaction — the shared "N committed, N+1
+   * applying" transaction. Returns the change rows in position order and the
+   * record taken, if any.
+   */
+  recordOutcome(
+    sequence: number,
+    outcome: AttemptOutcome,
+    now: number,
+    options: { readonly durability: Durability; readonly takeNext?: CommandRecord | undefined },
+  ): { rows: EventRow[]; next: CommandRecord | undefined } {
+    const result = this.#guard(outcome.kind === "committed" ? "recording a committed transaction" : outcome.kind === "failed" ? "recording a failure" : "scheduling a retry", () =>
+      this.#write(options.durability, () => {
+        const rows: EventRow[] = [];
+        if (outcome.kind === "committed") {
+          rows.push(this.#transition(sequence, "committed", now, { transactionId: outcome.transactionId, createdNodeId: outcome.createdNodeId, error: undefined }));
+        } else if (outcome.kind === "failed") {
+          rows.push(this.#transition(sequence, "failed", now, { error: outcome.error }));
+        } else {
+          rows.push(this.#transition(sequence, "retry_scheduled", now, { nextAttemptAt: outcome.nextAttemptAt, error: outcome.error }));
+        }
+        let next: EventRow | undefined;
+        const take = options.takeNext;
+        if (take !== undefined && outcome.kind !== "retry") {
+          next = this.#transition(take.sequence, "applying", now, { attempts: take.attempts + 1, nextAttemptAt: undefined, error: undefined });
+          rows.push(next);
+        }
+        return { rows, next };
+      }),
+    );
+    if (outcome.kind !== "retry") this.#pending -= 1;
+    this.#noteEvents(result.rows);
+    return { rows: result.rows, next: result.next === undefined ? undefined : toRecord(result.next) };
+  }
+
+  /**
+   * Deletes the oldest change-log entries so that at most `retain` remain,
+   * never an entry of an unfinished record (so a pending command can always
+   * be followed from its first change), and at most `maxRows` in this call.
+   * A `normal` write: a pruning lost to a power failure is simply redone.
+   * Returns how many entries were deleted.
+   */
+  prune(retain: number, maxRows: number): number {
+    const deleted = this.#guard("pruning the change log", () =>
+      this.#write("normal", () => {
+        const firstUnfinished = this.#statements.firstUnfinishedPosition.get()?.position ?? Number.POSITIVE_INFINITY;
+        const bounds = this.#statements.bounds.get()!;
+        if (bounds.oldest === null || bounds.latest === null) return 0;
+        const through = Math.min(bounds.latest - retain, firstUnfinished - 1, bounds.oldest + maxRows - 1);
+        if (through < bounds.oldest) return 0;
+        return this.#statements.prune.run(through).changes;
+      }),
+    );
+    if (deleted > 0) {
+      const bounds = this.#statements.bounds.get()!;
+      this.#oldestPosition = bounds.oldest ?? this.#latestPosition + 1;
+    }
+    return deleted;
+  }
+
+  /** Whether the change log holds enough more than `retain` entries for pruning to be worth a write. */
+  pruneDue(retain: number): boolean {
+    const held = this.#latestPosition - this.#oldestPosition + 1;
+    return held - retain >= Math.min(1_000, Math.max(1, Math.floor(retain / 100)));
+  }
+
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+
+  #noteEvents(rows: readonly EventRow[]): void {
+    if (rows.length === 0) return;
+    const wasEmpty = this.#oldestPosition > this.#latestPosition;
+    for (const row of rows) if (row.position > this.#latestPosition) this.#latestPosition = row.position;
+    if (wasEmpty) this.#oldestPosition = Math.min(...rows.map((r) => r.position));
+  }
+
+  #transition(sequence: number, kind: Exclude<CommandEventKind, "queued">, now: number, change: Change): EventRow {
     const { from, to } = transitions[kind];
     const current = this.#statements.bySequence.get(sequence);
     if (!current || current.state !== from) {
@@ -279,43 +419,36 @@ export class CommandStore {
     }
     const has = (key: keyof Change) => Object.hasOwn(change, key);
     const error = has("error") ? change.error : current.error_code ? { code: current.error_code, message: current.error_message ?? "" } : undefined;
+    const updated: CommandRow = {
+      ...current,
+      state: to,
+      attempts: change.attempts ?? current.attempts,
+      next_attempt_at: has("nextAttemptAt") ? (change.nextAttemptAt ?? null) : current.next_attempt_at,
+      transaction_id: has("transactionId") ? (change.transactionId ?? null) : current.transaction_id,
+      created_node_id: has("createdNodeId") ? (change.createdNodeId ?? null) : current.created_node_id,
+      error_code: error?.code ?? null,
+      error_message: error?.message ?? null,
+      updated_at: now,
+    };
     this.#statements.update.run(
       to,
-      change.attempts ?? current.attempts,
-      has("nextAttemptAt") ? (change.nextAttemptAt ?? null) : current.next_attempt_at,
-      has("transactionId") ? (change.transactionId ?? null) : current.transaction_id,
-      has("createdNodeId") ? (change.createdNodeId ?? null) : current.created_node_id,
-      error?.code ?? null,
-      error?.message ?? null,
+      updated.attempts,
+      updated.next_attempt_at,
+      updated.transaction_id,
+      updated.created_node_id,
+      updated.error_code,
+      updated.error_message,
       now,
       sequence,
       from,
     );
-    return this.#event(sequence, kind, now);
-  }
-
-  #event(sequence: number, kind: CommandEventKind, now: number): CommandEvent {
     const { lastInsertRowid } = this.#statements.insertEvent.run(kind, now, sequence);
-    const [event] = this.eventsAfter(Number(lastInsertRowid) - 1, 1);
-    return event!;
+    // The change-log row just written is the record as updated: no need to read it back.
+    return { ...updated, position: Number(lastInsertRowid), kind, changed_at: now };
   }
-}
 
-function toRecord(row: CommandRow): CommandRecord {
-  return {
-    sequence: row.sequence,
-    submission: parseSubmission(row.submission),
-    state: row.state,
-    submittedAt: row.submitted_at,
-    attempts: row.attempts,
-    nextAttemptAt: row.next_attempt_at ?? undefined,
-    transactionId: row.transaction_id ?? undefined,
-    createdNodeId: row.created_node_id ?? undefined,
-    error: row.error_code ? { code: row.error_code, message: row.error_message ?? "" } : undefined,
-    updatedAt: row.updated_at,
-  };
-}
-
-function toEvent(row: EventRow): CommandEvent {
-  return { position: row.position, kind: row.kind, record: toRecord(row), changedAt: row.changed_at };
+  #event(sequence: number, kind: CommandEventKind, now: number): EventRow {
+    const { lastInsertRowid } = this.#statements.insertEvent.run(kind, now, sequence);
+    return this.#statements.event.get(Number(lastInsertRowid))!;
+  }
 }

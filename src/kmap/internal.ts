@@ -4,6 +4,8 @@
  * and the queue and store without the embedded Kweb around them.
  */
 export { KMAP_PAUSE_POINTS, type KmapPausePoint } from "./pause-point-names.js";
-export { openCommandQueue, type OpenedCommandQueue } from "./open-command-queue.js";
-export { CommandStore, CommandStoreError } from "./command-store.js";
+export { openCommandQueue, type OpenedCommandQueue, type OpenCommandQueueOptions } from "./open-command-queue.js";
+export { CommandStore, CommandStoreError, type Durability, type LaneCounters } from "./command-store.js";
+export { CommandReader } from "./command-reader.js";
 export { ChangeFeed } from "./change-feed.js";
+export { DurableChanges } from "./durable-changes.js";

@@ -3,10 +3,12 @@ import { join } from "node:path";
 import { silentLogger, type Logger } from "../log/logger.js";
 import type { Clock } from "./clock.js";
 import type { CommandQueue } from "./command-queue.js";
-import type { CommandRuntime } from "./command-runtime.js";
+import { DEFAULT_EVENT_RETENTION, type LaneRuntime } from "./command-runtime.js";
+import { DEFAULT_LANE_BUSY_TIMEOUT_MS } from "./command-store.js";
 import type { KwebManager } from "./kweb-manager.js";
 import { EmbeddedKwebManager, KwebReader } from "./kweb/index.js";
-import { openCommandQueue } from "./open-command-queue.js";
+import { DEFAULT_MAX_PENDING, openCommandQueue } from "./open-command-queue.js";
+import { WorkerLane } from "./worker-lane.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 
 /**
@@ -14,23 +16,35 @@ import type { PausePoints } from "../fault-injection/pause-points.js";
  * thread writing `kweb.sqlite`, signing with `signing-key.pem`), a reader
  * for the Kmap and its history, and the command queue (`commands.sqlite`),
  * all in one directory.
+ *
+ * By default the command lane runs in the Kweb worker thread (WorkerLane):
+ * its runtime, its SQLite writes and its Kweb applies never touch the
+ * caller's event loop. With a `clock` or `wrapManager` (seams for tests), the
+ * runtime runs on the caller's thread over the given manager instead
+ * (openCommandQueue), exactly as a library user with their own KwebManager
+ * runs it.
  */
 export interface KmapCoreOptions {
   /** The directory of the Kmap's files; created with mode 0700. */
   readonly directory: string;
   readonly logger?: Logger;
   readonly pausePoints?: PausePoints;
+  /** The runtime's clock (tests); runs the runtime on the caller's thread. */
   readonly clock?: Clock;
-  /** Wraps the embedded manager (tests inject writer outages at this boundary). */
+  /** Wraps the embedded manager (tests inject writer outages at this boundary); runs the runtime on the caller's thread. */
   readonly wrapManager?: (manager: KwebManager) => KwebManager;
+  /** The most unfinished commands (`--kmap-max-pending`); default 10,000. */
+  readonly maxPending?: number;
+  /** How many change-log entries to keep; default 1,000,000. */
+  readonly eventRetention?: number;
 }
 
 export interface KmapCore {
   readonly queue: CommandQueue;
   /** Supervise `runtime.run()`. */
-  readonly runtime: CommandRuntime;
+  readonly runtime: LaneRuntime;
   readonly reader: KwebReader;
-  /** Stops the runtime after the command in progress, then closes the reader, the manager and the lane database. */
+  /** Stops the runtime after the command in progress, then closes the reader, the lane's database and the manager; the same promise on every call. */
   close(): Promise<void>;
 }
 
@@ -38,7 +52,9 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
   const log = options.logger ?? silentLogger;
   await mkdir(options.directory, { recursive: true, mode: 0o700 });
   const kwebPath = join(options.directory, "kweb.sqlite");
+  const commandsPath = join(options.directory, "commands.sqlite");
   const embedded = new EmbeddedKwebManager({ databasePath: kwebPath, signingKeyPath: join(options.directory, "signing-key.pem") });
+  const inWorker = options.clock === undefined && options.wrapManager === undefined;
   const manager = options.wrapManager ? options.wrapManager(embedded) : embedded;
   try {
     await manager.ready();
@@ -47,34 +63,70 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
     throw error;
   }
   // The writer created the file and its schema; the reader may open it now.
-  const reader = KwebReader.open(kwebPath);
-  let opened;
+  // Reads on the caller's thread never wait for a lock (KmapBusyError instead).
+  let reader: KwebReader;
   try {
-    opened = openCommandQueue(join(options.directory, "commands.sqlite"), manager, {
-      logger: log,
-      ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
-      ...(options.clock ? { clock: options.clock } : {}),
-    });
+    reader = KwebReader.open(kwebPath, { busyTimeoutMs: 0 });
+  } catch (error) {
+    await manager.close().catch(() => {});
+    throw error;
+  }
+  const maxPending = options.maxPending ?? DEFAULT_MAX_PENDING;
+  const eventRetention = options.eventRetention ?? DEFAULT_EVENT_RETENTION;
+
+  let queue: CommandQueue;
+  let runtime: LaneRuntime;
+  let recovered: number;
+  let closeLane: () => Promise<void>;
+  try {
+    if (inWorker) {
+      const lane = await WorkerLane.open(embedded, {
+        commandsPath,
+        maxPending,
+        eventRetention,
+        busyTimeoutMs: DEFAULT_LANE_BUSY_TIMEOUT_MS,
+        logger: log,
+        ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
+      });
+      ({ queue } = lane);
+      runtime = lane;
+      recovered = lane.recovered.length;
+      closeLane = () => lane.close();
+    } else {
+      const opened = openCommandQueue(commandsPath, manager, {
+        logger: log,
+        maxPending,
+        eventRetention,
+        ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
+        ...(options.clock ? { clock: options.clock } : {}),
+      });
+      ({ queue, runtime } = opened);
+      recovered = opened.recovered.length;
+      closeLane = async () => opened.close();
+    }
   } catch (error) {
     reader.close();
     await manager.close().catch(() => {});
     throw error;
   }
-  if (opened.recovered.length > 0) {
-    log.info("recovered commands a previous process left applying", { count: opened.recovered.length });
+  if (recovered > 0) {
+    log.info("recovered commands a previous process left applying", { count: recovered });
   }
-  const { queue, runtime } = opened;
+  let closing: Promise<void> | undefined;
   return {
     queue,
     runtime,
     reader,
-    async close() {
-      await runtime.stop();
-      // The read-only reader cannot checkpoint; closing it before the
-      // writer lets the writer's close fold the WAL back into the file.
-      reader.close();
-      await manager.close();
-      opened.close();
+    close() {
+      closing ??= (async () => {
+        await runtime.stop();
+        // The read-only reader cannot checkpoint; closing it before the
+        // writer lets the writer's close fold the WAL back into the file.
+        reader.close();
+        await closeLane();
+        await manager.close();
+      })();
+      return closing;
     },
   };
 }

@@ -1,26 +1,20 @@
 import { CommandSchema, type Command } from "../../gen/laneway/kmap/v1/command_pb.js";
-import { canonicalJson, type Json } from "../encoding/canonical-json.js";
 import { contractValidator } from "../validation/contract-validator.js";
-import { canonicalCommand, parseCanonicalCommand } from "./canonical-command.js";
+import { canonicalCommand } from "./canonical-command.js";
 import { KmapError } from "./errors.js";
+import { canonicalSubmission, type Submission } from "./stored-submission.js";
+
+export { parseSubmission, type Submission } from "./stored-submission.js";
 
 /**
- * What an administrator submits: a 32-character lowercase hexadecimal
- * idempotency id, one typed command (the decoded Kweb tool), and the
- * visible transaction id each named node must have when the command
- * applies.
+ * Validation of what an administrator submits (a Submission, see
+ * stored-submission.ts).
  *
  * The lane validates canonical durable identifiers itself, with messages
  * that say exactly what is wrong (length, case, non-hex, a pending id), and
  * the rest of the command against the contract's own protovalidate rules,
  * so the library and the RPC edge accept exactly the same commands.
  */
-export interface Submission {
-  readonly idempotencyId: string;
-  readonly command: Command;
-  /** Canonical node id → expected visible transaction id. */
-  readonly expectedTransactionIds: Readonly<Record<string, string>>;
-}
 
 /** The largest canonical command text the lane accepts. */
 export const MAX_COMMAND_BYTES = 262_144;
@@ -121,24 +115,3 @@ export function validateSubmission(submission: Submission): string {
   return canonicalSubmission(submission.idempotencyId, command, submission.expectedTransactionIds);
 }
 
-function canonicalSubmission(idempotencyId: string, command: string, expected: Readonly<Record<string, string>>): string {
-  return canonicalJson({
-    idempotency_id: idempotencyId,
-    command: JSON.parse(command) as Json,
-    expected_transaction_ids: { ...expected },
-  });
-}
-
-/** The submission of a stored canonical text. */
-export function parseSubmission(text: string): Submission {
-  const parsed = JSON.parse(text) as {
-    idempotency_id: string;
-    command: Json;
-    expected_transaction_ids: Record<string, string>;
-  };
-  return {
-    idempotencyId: parsed.idempotency_id,
-    command: parseCanonicalCommand(canonicalJson(parsed.command)),
-    expectedTransactionIds: parsed.expected_transaction_ids,
-  };
-}

@@ -53,6 +53,8 @@ const reasonCodes: Readonly<Record<Reason, Code>> = {
   // kmap (seed 004)
   invalid_input: Code.InvalidArgument,
   conflict: Code.Aborted,
+  backlog_full: Code.ResourceExhausted,
+  position_pruned: Code.Aborted,
   // swarm (seed 003)
   swarm_invalid: Code.InvalidArgument,
   swarm_forbidden: Code.PermissionDenied,

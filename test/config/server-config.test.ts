@@ -48,6 +48,7 @@ describe("defaults", () => {
       shutdownTimeoutMs: 10_000,
       adminToken: undefined,
       wire: { maxRequestBytes: 16_777_216, maxConnections: 1024, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, idleTimeoutMs: 30_000 },
+      kmapMaxPending: 10_000,
     });
     expect(Object.isFrozen(config)).toBe(true);
     expect(Object.isFrozen(config.listen)).toBe(true);
@@ -236,6 +237,23 @@ describe("wire limits", () => {
     [["--idle-timeout", "1ms"], "--idle-timeout must be from 100ms to 10m0s, got 1ms"],
     [["--request-timeout", "soon"], '--request-timeout must be a Go duration such as "10s" or "1m30s"'],
     [["--headers-timeout", "20s", "--request-timeout", "10s"], "--headers-timeout must be at most --request-timeout"],
+  ])("%j is refused: %s", (argv, message) => {
+    expect(failure(argv).message).toBe(message);
+  });
+});
+
+describe("Kmap backlog bound", () => {
+  test("--kmap-max-pending and LANEWAY_KMAP_MAX_PENDING set it; the flag wins", () => {
+    expect(load(["--kmap-max-pending", "25"]).kmapMaxPending).toBe(25);
+    expect(load([], { LANEWAY_KMAP_MAX_PENDING: "7" }).kmapMaxPending).toBe(7);
+    expect(load(["--kmap-max-pending", "1"], { LANEWAY_KMAP_MAX_PENDING: "7" }).kmapMaxPending).toBe(1);
+  });
+
+  test.each([
+    [["--kmap-max-pending", "0"], "--kmap-max-pending must be an integer from 1 to 10000000, got 0"],
+    [["--kmap-max-pending", "-3"], "--kmap-max-pending needs a value (write --kmap-max-pending=VALUE for a value starting with \"-\")"],
+    [["--kmap-max-pending", "many"], "--kmap-max-pending must be an integer from 1 to 10000000"],
+    [["--kmap-max-pending", "20000000"], "--kmap-max-pending must be an integer from 1 to 10000000, got 20000000"],
   ])("%j is refused: %s", (argv, message) => {
     expect(failure(argv).message).toBe(message);
   });

@@ -13,7 +13,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
-import { createClient, type Client } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createLanewayTransport, type WireProtocol } from "../../src/client/transport.js";
 import { exampleLanesConfig } from "../../src/lanes/index.js";
 import { loadStartupConfig } from "../../src/startup/index.js";
@@ -58,6 +58,8 @@ export interface LanewayTestOptions {
   readonly tokens?: TestTokens;
   /** Child processes only: the open-file limit the process runs under (prlimit). */
   readonly openFileLimit?: number;
+  /** Child processes only: the largest file, in bytes, the process may write (prlimit --fsize; writes past it fail with EFBIG). */
+  readonly fileSizeLimit?: number;
 }
 
 interface Prepared {
@@ -94,7 +96,10 @@ export class ClientPool {
 
   constructor(private readonly url: () => string) {}
 
-  client<S extends DescService>(service: S, options: { token?: string | undefined; protocol?: WireProtocol; httpVersion?: "1.1" | "2" } = {}): Client<S> {
+  client<S extends DescService>(
+    service: S,
+    options: { token?: string | undefined; protocol?: WireProtocol; httpVersion?: "1.1" | "2"; interceptors?: readonly Interceptor[] } = {},
+  ): Client<S> {
     const transport = createLanewayTransport({ baseUrl: this.url(), ...options });
     this.#closers.push(() => transport.close());
     return createClient(service, transport.transport);
@@ -160,10 +165,18 @@ export interface ChildLaneway {
 }
 
 /** Runs `laneway <args>` (the CLI entry) as a child process. */
-export function spawnLaneway(args: readonly string[], env: Readonly<Record<string, string>>, options: { openFileLimit?: number } = {}): ChildProcess {
+export function spawnLaneway(
+  args: readonly string[],
+  env: Readonly<Record<string, string>>,
+  options: { openFileLimit?: number; fileSizeLimit?: number } = {},
+): ChildProcess {
   const node = [process.execPath, "--import", "tsx", join(repoRoot, "src/cli/main.ts"), ...args];
   // prlimit execs the command, so the pid stays Laneway's own.
-  const argv = options.openFileLimit === undefined ? node : ["/usr/bin/prlimit", `--nofile=${options.openFileLimit}:${options.openFileLimit}`, ...node];
+  const limits = [
+    ...(options.openFileLimit === undefined ? [] : [`--nofile=${options.openFileLimit}:${options.openFileLimit}`]),
+    ...(options.fileSizeLimit === undefined ? [] : [`--fsize=${options.fileSizeLimit}:${options.fileSizeLimit}`]),
+  ];
+  const argv = limits.length === 0 ? node : ["/usr/bin/prlimit", ...limits, ...node];
   return spawn(argv[0]!, argv.slice(1), {
     cwd: repoRoot,
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/tmp", ...env },
@@ -173,7 +186,10 @@ export function spawnLaneway(args: readonly string[], env: Readonly<Record<strin
 
 export async function startLanewayProcess(options: LanewayTestOptions = {}): Promise<ChildLaneway> {
   const prepared = await prepare(options);
-  const child = spawnLaneway(["serve", ...prepared.args], prepared.env, options.openFileLimit === undefined ? {} : { openFileLimit: options.openFileLimit });
+  const child = spawnLaneway(["serve", ...prepared.args], prepared.env, {
+    ...(options.openFileLimit === undefined ? {} : { openFileLimit: options.openFileLimit }),
+    ...(options.fileSizeLimit === undefined ? {} : { fileSizeLimit: options.fileSizeLimit }),
+  });
   const stdout: string[] = [];
   const stderr: string[] = [];
   collectLines(child.stdout!, stdout);

@@ -3,6 +3,7 @@ import { canonicalCommand } from "../canonical-command.js";
 import { WriterUnavailableError, type ApplyOutcome, type ApplyRequest, type KwebManager } from "../kweb-manager.js";
 import { KwebFailureError } from "./kweb-failure-error.js";
 import type { FromWorker, KwebWorkerData, ToWorker, WireError } from "./kweb-worker-protocol.js";
+import { isLaneMessage, type LaneFromWorker, type LaneToWorker } from "../worker-lane-protocol.js";
 import { DEFAULT_BUSY_TIMEOUT_MS } from "./kweb-writer.js";
 import type { PublicSigningKey } from "./signing-key.js";
 
@@ -67,6 +68,7 @@ export class EmbeddedKwebManager implements KwebManager {
   #closedAck: (() => void) | undefined;
   #closing: Promise<void> | undefined;
   #reportFailure!: (error: Error) => void;
+  #laneListener: ((message: LaneFromWorker) => void) | undefined;
   /** Settles when the manager fails after it was ready (see KwebManager.failure). */
   readonly failure: Promise<Error> = new Promise((resolve) => (this.#reportFailure = resolve));
 
@@ -178,6 +180,17 @@ export class EmbeddedKwebManager implements KwebManager {
   }
 
   /**
+   * The channel of the command lane hosted in this manager's worker thread
+   * (WorkerLane on this side, LaneHost in the worker): every message whose
+   * type starts with `lane_` goes to `listener`. Call it once the manager is
+   * ready; there is one listener.
+   */
+  laneChannel(listener: (message: LaneFromWorker) => void): { post(message: LaneToWorker): void } {
+    this.#laneListener = listener;
+    return { post: (message) => this.#worker?.postMessage(message) };
+  }
+
+  /**
    * Starts the worker thread. The one seam of this class: tests override it
    * to start the real worker behind a bootstrap that makes the thread die on
    * cue, which is how a dying writer is exercised without mocks.
@@ -196,12 +209,18 @@ export class EmbeddedKwebManager implements KwebManager {
       return;
     }
     this.#worker = worker;
-    worker.on("message", (message: FromWorker) => this.#onMessage(message));
+    worker.on("message", (message: FromWorker | LaneFromWorker) => this.#onMessage(message));
     worker.on("error", (error) => this.#onWorkerGone(error));
-    worker.on("exit", (code) => this.#onWorkerGone(new Error(`the Kweb worker exited with code ${code}`)));
+    // The exit code is what an operator can act on: it travels as the cause's code.
+    worker.on("exit", (code) => this.#onWorkerGone(Object.assign(new Error(`the Kweb worker exited with code ${code}`), { name: "WorkerExit", code: `WORKER_EXIT_${code}` })));
   }
 
-  #onMessage(message: FromWorker): void {
+  #onMessage(message: FromWorker | LaneFromWorker): void {
+    if (isLaneMessage(message)) {
+      this.#laneListener?.(message as LaneFromWorker);
+      return;
+    }
+    message = message as FromWorker;
     switch (message.type) {
       case "ready":
         if (this.#phase !== "starting") return;

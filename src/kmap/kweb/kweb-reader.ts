@@ -6,7 +6,8 @@ import type { KwebLink, KwebNode } from "./kweb-node.js";
 import { checkKwebSchema } from "./kweb-schema.js";
 import type { KwebTransaction } from "./signed-transaction.js";
 import { publicSigningKey, type PublicSigningKey } from "./signing-key.js";
-import { sqliteCode } from "./sqlite-errors.js";
+import { KmapBusyError } from "../errors.js";
+import { isLockContention, sqliteCode } from "./sqlite-errors.js";
 
 /**
  * Reads the Kmap and its history for the server, on the main thread, over
@@ -20,7 +21,12 @@ import { sqliteCode } from "./sqlite-errors.js";
  */
 
 export interface KwebReaderOptions {
-  /** How long a read waits on a lock (WAL readers rarely do); default 1000 ms. */
+  /**
+   * How long a read waits on a lock (WAL readers rarely do: only while
+   * another process holds the file in exclusive mode or recovers it);
+   * default 1000 ms. The server uses 0: a read on its event loop must never
+   * wait, and KmapBusyError lets the caller retry asynchronously.
+   */
   readonly busyTimeoutMs?: number;
 }
 
@@ -226,13 +232,15 @@ export class KwebReader {
   /**
    * Runs a read in one SQLite read transaction, so a node and its links (or
    * a page) come from the same snapshot, and turns SQLite failures into
-   * KwebFailureError.
+   * KwebFailureError — or KmapBusyError (`unavailable`) when a lock held
+   * elsewhere stopped the read.
    */
   #read<T>(read: () => T): T {
     try {
       return this.#db.transaction(read).deferred();
     } catch (error) {
       if (error instanceof KwebFailureError) throw error;
+      if (isLockContention(error)) throw new KmapBusyError("the Kweb file", { cause: error });
       throw new KwebFailureError("storage_failed", "the Kweb file could not be read", { cause: error });
     }
   }

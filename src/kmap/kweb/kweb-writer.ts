@@ -52,6 +52,9 @@ interface LastTransaction {
   signed_payload: Buffer;
 }
 
+/** The placeholder of a transaction's payload and signature until they are known (same transaction). */
+const EMPTY = new Uint8Array(0);
+
 const writerUnavailable = () =>
   new WriterUnavailableError("the Kweb writer is unavailable: another connection holds the Kweb file's write lock");
 
@@ -74,6 +77,7 @@ export class KwebWriter {
   readonly #insertTransaction: Statement<
     [number, string, string, string, string, string | null, number, Uint8Array, Uint8Array, string, string]
   >;
+  readonly #completeTransaction: Statement<[string, string | null, Uint8Array, Uint8Array, number]>;
   readonly #insertTouched: Statement<[string, number]>;
   readonly #apply: (request: ApplyRequest, command: Command, commandText: string) => ApplyOutcome;
 
@@ -87,6 +91,9 @@ export class KwebWriter {
     this.#insertTransaction = db.prepare(
       `INSERT INTO transactions (sequence, id, provenance, command, touched_node_ids, created_node_id, committed_at, signed_payload, signature, key_id, previous_digest)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    );
+    this.#completeTransaction = db.prepare(
+      "UPDATE transactions SET touched_node_ids = ?, created_node_id = ?, signed_payload = ?, signature = ? WHERE sequence = ?",
     );
     this.#insertTouched = db.prepare("INSERT INTO transaction_nodes (node_id, sequence) VALUES (?, ?)");
     const transaction = db.transaction((request: ApplyRequest, command: Command, commandText: string) =>
@@ -179,12 +186,19 @@ export class KwebWriter {
 
     const transactionId = newKwebId();
     const committedAt = this.#now();
-    const effect = applyOperation({ graph: this.#graph, transactionId, at: committedAt }, command);
-    const touched = [...new Set(effect.touched)].sort();
-
     const last = this.#last.get();
     const sequence = (last?.sequence ?? 0) + 1;
     const previousDigest = last === undefined ? ZERO_DIGEST : payloadDigest(last.signed_payload);
+    // The transaction's row goes in first and is completed once the
+    // operation is known. The graph rows the operation writes reference it
+    // (deferred foreign keys on columns without an index): with the parent
+    // already there, SQLite has no pending violation to resolve, whereas a
+    // parent inserted afterwards makes it scan every node and link for
+    // rows that reference it — a cost growing with the size of the Kmap.
+    this.#insertTransaction.run(sequence, transactionId, request.idempotencyId, commandText, "[]", null, committedAt, EMPTY, EMPTY, this.#key.keyId, previousDigest);
+    const effect = applyOperation({ graph: this.#graph, transactionId, at: committedAt }, command);
+    const touched = [...new Set(effect.touched)].sort();
+
     const signedPayload = transactionPayload({
       id: transactionId,
       sequence,
@@ -198,19 +212,7 @@ export class KwebWriter {
     });
     const signature = this.#key.sign(signedPayload);
 
-    this.#insertTransaction.run(
-      sequence,
-      transactionId,
-      request.idempotencyId,
-      commandText,
-      JSON.stringify(touched),
-      effect.createdNodeId ?? null,
-      committedAt,
-      signedPayload,
-      signature,
-      this.#key.keyId,
-      previousDigest,
-    );
+    this.#completeTransaction.run(JSON.stringify(touched), effect.createdNodeId ?? null, signedPayload, signature, sequence);
     for (const nodeId of touched) {
       this.#insertTouched.run(nodeId, sequence);
       // A deleted node has no row left to stamp; the update is then a no-op.

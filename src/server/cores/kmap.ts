@@ -1,7 +1,7 @@
 import { join } from "node:path";
 import { KmapCommandService } from "../../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
 import { KmapReadService } from "../../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
-import { openKmapCore } from "../../kmap/index.js";
+import { openKmapCore, rootCauseFields } from "../../kmap/index.js";
 import { KMAP_PAUSE_POINTS } from "../../kmap/internal.js";
 import { safeErrorFields } from "../../log/logger.js";
 import { implement, type CoreBinding } from "../core-binding.js";
@@ -12,7 +12,9 @@ import { kmapReadServiceImpl } from "../services/kmap-read-service.js";
  * The Kmap command lane and the Kmap's reads, for the operator. Its files
  * live in `<data dir>/kmap`. The command runtime is the future the server
  * supervises: if SQLite or the Kweb manager fails, the core stops serving
- * and the process must exit so that a restart recovers.
+ * and the process must exit so that a restart recovers. The log line then
+ * names the root cause's code (`SQLITE_FULL`, `SQLITE_IOERR_WRITE`, a
+ * worker's exit), never a path.
  */
 export const kmapBinding: CoreBinding = {
   name: "kmap",
@@ -27,6 +29,7 @@ export const kmapBinding: CoreBinding = {
       directory: join(ctx.startup.server.dataDir, "kmap"),
       logger: ctx.log,
       pausePoints: ctx.pausePoints,
+      maxPending: ctx.startup.server.kmapMaxPending,
     });
     const names = [KmapCommandService.typeName, KmapReadService.typeName];
     for (const name of names) ctx.health.set(name, "serving");
@@ -34,7 +37,7 @@ export const kmapBinding: CoreBinding = {
       () => new Promise<Error>(() => {}),
       (error: unknown) => {
         for (const name of names) ctx.health.set(name, "not_serving");
-        ctx.log.error("the Kmap command runtime failed; Laneway must be restarted to recover", safeErrorFields(error));
+        ctx.log.error("the Kmap command runtime failed; Laneway must be restarted to recover", { ...safeErrorFields(error), ...rootCauseFields(error) });
         return error instanceof Error ? error : new Error("the Kmap command runtime failed");
       },
     );

@@ -10,16 +10,30 @@ import {
 } from "../../../gen/laneway/kmap/v1/command_pb.js";
 import {
   CommandEventKind as ProtoEventKind,
+  CommandLaneStatusSchema,
   KmapCommandService,
   WatchCommandsResponseSchema,
+  WatchPositionPrunedSchema,
 } from "../../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
-import { KmapError, type CommandEventKind, type CommandQueue, type CommandRecord, type CommandState } from "../../kmap/index.js";
+import {
+  KmapError,
+  PositionPrunedError,
+  retryWhileBusy,
+  type CommandEvent,
+  type CommandEventKind,
+  type CommandQueue,
+  type CommandRecord,
+  type CommandState,
+} from "../../kmap/index.js";
+import { lanewayError } from "../error-mapping.js";
 import { decodePageToken, encodePageToken, pageSize } from "../paging.js";
 
 /**
  * KmapCommandService: decode, call the command lane, encode. The lane is
  * the only status store; listing pages through its table by submission
- * sequence and watching reads its change log.
+ * sequence and watching reads its change log. Reads never wait on the event
+ * loop: a read that meets a lock another process holds is retried
+ * asynchronously (retryWhileBusy), delaying only its own call.
  */
 
 const states: Record<CommandState, ProtoCommandState> = {
@@ -71,22 +85,29 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
       return { record: commandRecordMessage(result.record), existing: result.existing, position: BigInt(result.position) };
     },
 
-    getCommand(req) {
-      const record = lane.get(req.idempotencyId);
+    async getCommand(req, ctx) {
+      const record = await retryWhileBusy(() => lane.get(req.idempotencyId), { signal: ctx.signal });
       if (!record) throw new KmapError("not_found", `no command with idempotency_id ${req.idempotencyId}`);
       return { record: commandRecordMessage(record) };
     },
 
-    listCommands(req) {
+    async listCommands(req, ctx) {
       const size = pageSize(req.pageSize);
       const after = decodePageToken(req.pageToken);
       const state = req.state === ProtoCommandState.UNSPECIFIED ? undefined : coreStates.get(req.state);
-      const records = lane.page(after, size + 1, state);
+      const records = await retryWhileBusy(() => lane.page(after, size + 1, state), { signal: ctx.signal });
       const page = records.slice(0, size);
       const last = page.at(-1);
+      const status = lane.status();
       return {
         records: page.map(commandRecordMessage),
         nextPageToken: records.length > size && last ? encodePageToken(last.sequence) : "",
+        status: create(CommandLaneStatusSchema, {
+          pendingCommands: BigInt(status.pending),
+          maxPendingCommands: BigInt(status.maxPending),
+          oldestPosition: BigInt(status.oldestPosition),
+          latestPosition: BigInt(status.latestPosition),
+        }),
       };
     },
 
@@ -98,14 +119,48 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
         idempotencyId: req.idempotencyId || undefined,
         signal,
       });
-      for await (const event of events) {
-        yield create(WatchCommandsResponseSchema, {
-          position: BigInt(event.position),
-          kind: eventKinds[event.kind],
-          record: commandRecordMessage(event.record),
-          changedAt: timestampFromMs(event.changedAt),
-        });
+      for (;;) {
+        let next: IteratorResult<CommandEvent>;
+        try {
+          next = await events.next();
+        } catch (error) {
+          if (error instanceof PositionPrunedError) throw prunedError(error);
+          throw error;
+        }
+        if (next.done) return;
+        try {
+          yield watchMessage(next.value);
+        } catch {
+          // Only the transport throws into a yield: the answer could not be
+          // written because the client went away (a reset, a broken pipe).
+          // That is how a watch ordinarily ends, not a failure.
+          await events.return(undefined);
+          return;
+        }
       }
     },
   };
+}
+
+function watchMessage(event: CommandEvent) {
+  return create(WatchCommandsResponseSchema, {
+    position: BigInt(event.position),
+    kind: eventKinds[event.kind],
+    record: commandRecordMessage(event.record),
+    changedAt: timestampFromMs(event.changedAt),
+  });
+}
+
+/** `position_pruned` with a detail a client can act on without parsing the message. */
+function prunedError(error: PositionPrunedError) {
+  const connectError = lanewayError("position_pruned", error.message, "kmap");
+  connectError.details.push({
+    desc: WatchPositionPrunedSchema,
+    value: {
+      requestedAfterPosition: BigInt(error.requestedPosition),
+      oldestPosition: BigInt(error.oldestPosition),
+      resumeAfterPosition: BigInt(error.resumeAfterPosition),
+    },
+  });
+  return connectError;
 }

@@ -2,11 +2,15 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { KmapReadService, LinkSchema, NodeSchema, TransactionSchema, type Node, type Transaction } from "../../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
-import { KmapError } from "../../kmap/index.js";
+import { KmapError, retryWhileBusy } from "../../kmap/index.js";
 import type { KwebNode, KwebReader, KwebTransaction } from "../../kmap/index.js";
 import { decodeIdPageToken, decodePageToken, encodePageToken, pageSize } from "../paging.js";
 
-/** KmapReadService: reads of the Kmap and its signed history, mapped to the contract. */
+/**
+ * KmapReadService: reads of the Kmap and its signed history, mapped to the
+ * contract. The reader never waits for a lock on the event loop; a read that
+ * meets one is retried asynchronously (retryWhileBusy).
+ */
 
 function nodeMessage(node: KwebNode): Node {
   return create(NodeSchema, {
@@ -44,42 +48,40 @@ const canonicalId = /^[0-9a-f]{32}$/;
 
 export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof KmapReadService> {
   return {
-    getNode(req) {
-      const node = reader.getNode(req.nodeId);
+    async getNode(req, ctx) {
+      const node = await retryWhileBusy(() => reader.getNode(req.nodeId), { signal: ctx.signal });
       if (!node) throw new KmapError("not_found", `node ${req.nodeId} does not exist`);
       return { node: nodeMessage(node) };
     },
 
-    listNodes(req) {
-      const page = reader.listNodes({
-        afterId: decodeIdPageToken(req.pageToken, canonicalId) || undefined,
-        limit: pageSize(req.pageSize),
-        parentId: req.parentId || undefined,
+    async listNodes(req, ctx) {
+      const afterId = decodeIdPageToken(req.pageToken, canonicalId) || undefined;
+      const page = await retryWhileBusy(() => reader.listNodes({ afterId, limit: pageSize(req.pageSize), parentId: req.parentId || undefined }), {
+        signal: ctx.signal,
       });
       return { nodes: page.nodes.map(nodeMessage), nextPageToken: page.nextAfterId ?? "" };
     },
 
-    getTransaction(req) {
-      const tx = reader.getTransaction(req.transactionId);
+    async getTransaction(req, ctx) {
+      const tx = await retryWhileBusy(() => reader.getTransaction(req.transactionId), { signal: ctx.signal });
       if (!tx) throw new KmapError("not_found", `transaction ${req.transactionId} does not exist`);
       return { transaction: transactionMessage(tx) };
     },
 
-    listTransactions(req) {
-      const page = reader.listTransactions({
-        afterSequence: decodePageToken(req.pageToken),
-        limit: pageSize(req.pageSize),
-        nodeId: req.nodeId || undefined,
-        provenance: req.provenance || undefined,
-      });
+    async listTransactions(req, ctx) {
+      const afterSequence = decodePageToken(req.pageToken);
+      const page = await retryWhileBusy(
+        () => reader.listTransactions({ afterSequence, limit: pageSize(req.pageSize), nodeId: req.nodeId || undefined, provenance: req.provenance || undefined }),
+        { signal: ctx.signal },
+      );
       return {
         transactions: page.transactions.map(transactionMessage),
         nextPageToken: page.nextAfterSequence === undefined ? "" : encodePageToken(page.nextAfterSequence),
       };
     },
 
-    getSigningKey() {
-      const key = reader.signingKey();
+    async getSigningKey(_req, ctx) {
+      const key = await retryWhileBusy(() => reader.signingKey(), { signal: ctx.signal });
       return { algorithm: key.algorithm, publicKey: key.publicKey, publicKeyPem: key.publicKeyPem, keyId: key.keyId };
     },
   };

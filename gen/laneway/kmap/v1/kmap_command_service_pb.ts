@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/kmap/v1/kmap_command_service.proto.
  */
 export const file_laneway_kmap_v1_kmap_command_service: GenFile = /*@__PURE__*/
-  fileDesc("CipsYW5ld2F5L2ttYXAvdjEva21hcF9jb21tYW5kX3NlcnZpY2UucHJvdG8SD2xhbmV3YXkua21hcC52MSKqAgoUU3VibWl0Q29tbWFuZFJlcXVlc3QSIQoOaWRlbXBvdGVuY3lfaWQYASABKAlCCbpIBnIEmIgnARIxCgdjb21tYW5kGAIgASgLMhgubGFuZXdheS5rbWFwLnYxLkNvbW1hbmRCBrpIA8gBARJ9ChhleHBlY3RlZF90cmFuc2FjdGlvbl9pZHMYAyADKAsyQS5sYW5ld2F5LmttYXAudjEuU3VibWl0Q29tbWFuZFJlcXVlc3QuRXhwZWN0ZWRUcmFuc2FjdGlvbklkc0VudHJ5Qhi6SBWaARIQQCIGcgSQiCcBKgZyBJiIJwEaPQobRXhwZWN0ZWRUcmFuc2FjdGlvbklkc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoVU3VibWl0Q29tbWFuZFJlc3BvbnNlEi4KBnJlY29yZBgBIAEoCzIeLmxhbmV3YXkua21hcC52MS5Db21tYW5kUmVjb3JkEhAKCGV4aXN0aW5nGAIgASgIEhAKCHBvc2l0aW9uGAMgASgEIjYKEUdldENvbW1hbmRSZXF1ZXN0EiEKDmlkZW1wb3RlbmN5X2lkGAEgASgJQgm6SAZyBJiIJwEiRAoSR2V0Q29tbWFuZFJlc3BvbnNlEi4KBnJlY29yZBgBIAEoCzIeLmxhbmV3YXkua21hcC52MS5Db21tYW5kUmVjb3JkIocBChNMaXN0Q29tbWFuZHNSZXF1ZXN0EhsKCXBhZ2Vfc2l6ZRgBIAEoDUIIukgFKgMY6AcSGwoKcGFnZV90b2tlbhgCIAEoCUIHukgEcgIYQBI2CgVzdGF0ZRgDIAEoDjIdLmxhbmV3YXkua21hcC52MS5Db21tYW5kU3RhdGVCCLpIBYIBAhABImAKFExpc3RDb21tYW5kc1Jlc3BvbnNlEi8KB3JlY29yZHMYASADKAsyHi5sYW5ld2F5LmttYXAudjEuQ29tbWFuZFJlY29yZBIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiVAoUV2F0Y2hDb21tYW5kc1JlcXVlc3QSFgoOYWZ0ZXJfcG9zaXRpb24YASABKAQSJAoOaWRlbXBvdGVuY3lfaWQYAiABKAlCDLpICdgBAXIEmIgnASK6AQoVV2F0Y2hDb21tYW5kc1Jlc3BvbnNlEhAKCHBvc2l0aW9uGAEgASgEEi8KBGtpbmQYAiABKA4yIS5sYW5ld2F5LmttYXAudjEuQ29tbWFuZEV2ZW50S2luZBIuCgZyZWNvcmQYAyABKAsyHi5sYW5ld2F5LmttYXAudjEuQ29tbWFuZFJlY29yZBIuCgpjaGFuZ2VkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqBAgoQQ29tbWFuZEV2ZW50S2luZBIiCh5DT01NQU5EX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIdChlDT01NQU5EX0VWRU5UX0tJTkRfUVVFVUVEEAESHwobQ09NTUFORF9FVkVOVF9LSU5EX0FQUExZSU5HEAISJgoiQ09NTUFORF9FVkVOVF9LSU5EX1JFVFJZX1NDSEVEVUxFRBADEiAKHENPTU1BTkRfRVZFTlRfS0lORF9DT01NSVRURUQQBBIdChlDT01NQU5EX0VWRU5UX0tJTkRfRkFJTEVEEAUSIAocQ09NTUFORF9FVkVOVF9LSU5EX1JFQ09WRVJFRBAGMp4DChJLbWFwQ29tbWFuZFNlcnZpY2USYwoNU3VibWl0Q29tbWFuZBIlLmxhbmV3YXkua21hcC52MS5TdWJtaXRDb21tYW5kUmVxdWVzdBomLmxhbmV3YXkua21hcC52MS5TdWJtaXRDb21tYW5kUmVzcG9uc2UiA5ACAhJaCgpHZXRDb21tYW5kEiIubGFuZXdheS5rbWFwLnYxLkdldENvbW1hbmRSZXF1ZXN0GiMubGFuZXdheS5rbWFwLnYxLkdldENvbW1hbmRSZXNwb25zZSIDkAIBEmAKDExpc3RDb21tYW5kcxIkLmxhbmV3YXkua21hcC52MS5MaXN0Q29tbWFuZHNSZXF1ZXN0GiUubGFuZXdheS5rbWFwLnYxLkxpc3RDb21tYW5kc1Jlc3BvbnNlIgOQAgESZQoNV2F0Y2hDb21tYW5kcxIlLmxhbmV3YXkua21hcC52MS5XYXRjaENvbW1hbmRzUmVxdWVzdBomLmxhbmV3YXkua21hcC52MS5XYXRjaENvbW1hbmRzUmVzcG9uc2UiA5ACATABYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_timestamp, file_laneway_kmap_v1_command, file_laneway_validate_v1_rules]);
+  fileDesc("CipsYW5ld2F5L2ttYXAvdjEva21hcF9jb21tYW5kX3NlcnZpY2UucHJvdG8SD2xhbmV3YXkua21hcC52MSKqAgoUU3VibWl0Q29tbWFuZFJlcXVlc3QSIQoOaWRlbXBvdGVuY3lfaWQYASABKAlCCbpIBnIEmIgnARIxCgdjb21tYW5kGAIgASgLMhgubGFuZXdheS5rbWFwLnYxLkNvbW1hbmRCBrpIA8gBARJ9ChhleHBlY3RlZF90cmFuc2FjdGlvbl9pZHMYAyADKAsyQS5sYW5ld2F5LmttYXAudjEuU3VibWl0Q29tbWFuZFJlcXVlc3QuRXhwZWN0ZWRUcmFuc2FjdGlvbklkc0VudHJ5Qhi6SBWaARIQQCIGcgSQiCcBKgZyBJiIJwEaPQobRXhwZWN0ZWRUcmFuc2FjdGlvbklkc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoVU3VibWl0Q29tbWFuZFJlc3BvbnNlEi4KBnJlY29yZBgBIAEoCzIeLmxhbmV3YXkua21hcC52MS5Db21tYW5kUmVjb3JkEhAKCGV4aXN0aW5nGAIgASgIEhAKCHBvc2l0aW9uGAMgASgEIjYKEUdldENvbW1hbmRSZXF1ZXN0EiEKDmlkZW1wb3RlbmN5X2lkGAEgASgJQgm6SAZyBJiIJwEiRAoSR2V0Q29tbWFuZFJlc3BvbnNlEi4KBnJlY29yZBgBIAEoCzIeLmxhbmV3YXkua21hcC52MS5Db21tYW5kUmVjb3JkIocBChNMaXN0Q29tbWFuZHNSZXF1ZXN0EhsKCXBhZ2Vfc2l6ZRgBIAEoDUIIukgFKgMY6AcSGwoKcGFnZV90b2tlbhgCIAEoCUIHukgEcgIYQBI2CgVzdGF0ZRgDIAEoDjIdLmxhbmV3YXkua21hcC52MS5Db21tYW5kU3RhdGVCCLpIBYIBAhABIpQBChRMaXN0Q29tbWFuZHNSZXNwb25zZRIvCgdyZWNvcmRzGAEgAygLMh4ubGFuZXdheS5rbWFwLnYxLkNvbW1hbmRSZWNvcmQSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJEjIKBnN0YXR1cxgDIAEoCzIiLmxhbmV3YXkua21hcC52MS5Db21tYW5kTGFuZVN0YXR1cyJ9ChFDb21tYW5kTGFuZVN0YXR1cxIYChBwZW5kaW5nX2NvbW1hbmRzGAEgASgEEhwKFG1heF9wZW5kaW5nX2NvbW1hbmRzGAIgASgEEhcKD29sZGVzdF9wb3NpdGlvbhgDIAEoBBIXCg9sYXRlc3RfcG9zaXRpb24YBCABKAQibwoTV2F0Y2hQb3NpdGlvblBydW5lZBIgChhyZXF1ZXN0ZWRfYWZ0ZXJfcG9zaXRpb24YASABKAQSFwoPb2xkZXN0X3Bvc2l0aW9uGAIgASgEEh0KFXJlc3VtZV9hZnRlcl9wb3NpdGlvbhgDIAEoBCJUChRXYXRjaENvbW1hbmRzUmVxdWVzdBIWCg5hZnRlcl9wb3NpdGlvbhgBIAEoBBIkCg5pZGVtcG90ZW5jeV9pZBgCIAEoCUIMukgJ2AEBcgSYiCcBIroBChVXYXRjaENvbW1hbmRzUmVzcG9uc2USEAoIcG9zaXRpb24YASABKAQSLwoEa2luZBgCIAEoDjIhLmxhbmV3YXkua21hcC52MS5Db21tYW5kRXZlbnRLaW5kEi4KBnJlY29yZBgDIAEoCzIeLmxhbmV3YXkua21hcC52MS5Db21tYW5kUmVjb3JkEi4KCmNoYW5nZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKoECChBDb21tYW5kRXZlbnRLaW5kEiIKHkNPTU1BTkRfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEh0KGUNPTU1BTkRfRVZFTlRfS0lORF9RVUVVRUQQARIfChtDT01NQU5EX0VWRU5UX0tJTkRfQVBQTFlJTkcQAhImCiJDT01NQU5EX0VWRU5UX0tJTkRfUkVUUllfU0NIRURVTEVEEAMSIAocQ09NTUFORF9FVkVOVF9LSU5EX0NPTU1JVFRFRBAEEh0KGUNPTU1BTkRfRVZFTlRfS0lORF9GQUlMRUQQBRIgChxDT01NQU5EX0VWRU5UX0tJTkRfUkVDT1ZFUkVEEAYyngMKEkttYXBDb21tYW5kU2VydmljZRJjCg1TdWJtaXRDb21tYW5kEiUubGFuZXdheS5rbWFwLnYxLlN1Ym1pdENvbW1hbmRSZXF1ZXN0GiYubGFuZXdheS5rbWFwLnYxLlN1Ym1pdENvbW1hbmRSZXNwb25zZSIDkAICEloKCkdldENvbW1hbmQSIi5sYW5ld2F5LmttYXAudjEuR2V0Q29tbWFuZFJlcXVlc3QaIy5sYW5ld2F5LmttYXAudjEuR2V0Q29tbWFuZFJlc3BvbnNlIgOQAgESYAoMTGlzdENvbW1hbmRzEiQubGFuZXdheS5rbWFwLnYxLkxpc3RDb21tYW5kc1JlcXVlc3QaJS5sYW5ld2F5LmttYXAudjEuTGlzdENvbW1hbmRzUmVzcG9uc2UiA5ACARJlCg1XYXRjaENvbW1hbmRzEiUubGFuZXdheS5rbWFwLnYxLldhdGNoQ29tbWFuZHNSZXF1ZXN0GiYubGFuZXdheS5rbWFwLnYxLldhdGNoQ29tbWFuZHNSZXNwb25zZSIDkAIBMAFiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_timestamp, file_laneway_kmap_v1_command, file_laneway_validate_v1_rules]);
 
 /**
  * SubmitCommandRequest is one administrator command.
@@ -77,7 +77,9 @@ export type SubmitCommandResponse = Message<"laneway.kmap.v1.SubmitCommandRespon
 
   /**
    * The change-log position of the record's Queued event; watch after
-   * `position - 1` to follow the command from its start.
+   * `position - 1` to follow the command from its start. For a repeated
+   * submission whose Queued event was pruned from the change log (the
+   * command finished long ago), 0.
    *
    * @generated from field: uint64 position = 3;
    */
@@ -188,6 +190,13 @@ export type ListCommandsResponse = Message<"laneway.kmap.v1.ListCommandsResponse
    * @generated from field: string next_page_token = 2;
    */
   nextPageToken: string;
+
+  /**
+   * The lane's backlog and change-log range when the page was read.
+   *
+   * @generated from field: laneway.kmap.v1.CommandLaneStatus status = 3;
+   */
+  status?: CommandLaneStatus | undefined;
 };
 
 /**
@@ -196,6 +205,90 @@ export type ListCommandsResponse = Message<"laneway.kmap.v1.ListCommandsResponse
  */
 export const ListCommandsResponseSchema: GenMessage<ListCommandsResponse> = /*@__PURE__*/
   messageDesc(file_laneway_kmap_v1_kmap_command_service, 5);
+
+/**
+ * CommandLaneStatus describes the command lane as a whole.
+ *
+ * @generated from message laneway.kmap.v1.CommandLaneStatus
+ */
+export type CommandLaneStatus = Message<"laneway.kmap.v1.CommandLaneStatus"> & {
+  /**
+   * Commands submitted and not yet Committed or Failed (Queued or Applying).
+   *
+   * @generated from field: uint64 pending_commands = 1;
+   */
+  pendingCommands: bigint;
+
+  /**
+   * The most unfinished commands the lane accepts (`--kmap-max-pending`);
+   * at that many, SubmitCommand answers `resource_exhausted` (reason
+   * `backlog_full`) for a new command.
+   *
+   * @generated from field: uint64 max_pending_commands = 2;
+   */
+  maxPendingCommands: bigint;
+
+  /**
+   * The oldest change the change log still holds; WatchCommands can replay
+   * every change after `oldest_position - 1`.
+   *
+   * @generated from field: uint64 oldest_position = 3;
+   */
+  oldestPosition: bigint;
+
+  /**
+   * The newest change a watch can receive now.
+   *
+   * @generated from field: uint64 latest_position = 4;
+   */
+  latestPosition: bigint;
+};
+
+/**
+ * Describes the message laneway.kmap.v1.CommandLaneStatus.
+ * Use `create(CommandLaneStatusSchema)` to create a new message.
+ */
+export const CommandLaneStatusSchema: GenMessage<CommandLaneStatus> = /*@__PURE__*/
+  messageDesc(file_laneway_kmap_v1_kmap_command_service, 6);
+
+/**
+ * WatchPositionPruned is the error detail of a WatchCommands call that
+ * failed with reason `position_pruned`: the changes right after the
+ * requested position are no longer held.
+ *
+ * @generated from message laneway.kmap.v1.WatchPositionPruned
+ */
+export type WatchPositionPruned = Message<"laneway.kmap.v1.WatchPositionPruned"> & {
+  /**
+   * The `after_position` the watch asked for.
+   *
+   * @generated from field: uint64 requested_after_position = 1;
+   */
+  requestedAfterPosition: bigint;
+
+  /**
+   * The oldest change the log still holds.
+   *
+   * @generated from field: uint64 oldest_position = 2;
+   */
+  oldestPosition: bigint;
+
+  /**
+   * Watch after this position to receive every change still held; read the
+   * current records with ListCommands first, since changes before it are
+   * gone.
+   *
+   * @generated from field: uint64 resume_after_position = 3;
+   */
+  resumeAfterPosition: bigint;
+};
+
+/**
+ * Describes the message laneway.kmap.v1.WatchPositionPruned.
+ * Use `create(WatchPositionPrunedSchema)` to create a new message.
+ */
+export const WatchPositionPrunedSchema: GenMessage<WatchPositionPruned> = /*@__PURE__*/
+  messageDesc(file_laneway_kmap_v1_kmap_command_service, 7);
 
 /**
  * WatchCommandsRequest starts a watch.
@@ -224,7 +317,7 @@ export type WatchCommandsRequest = Message<"laneway.kmap.v1.WatchCommandsRequest
  * Use `create(WatchCommandsRequestSchema)` to create a new message.
  */
 export const WatchCommandsRequestSchema: GenMessage<WatchCommandsRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_kmap_v1_kmap_command_service, 6);
+  messageDesc(file_laneway_kmap_v1_kmap_command_service, 8);
 
 /**
  * WatchCommandsResponse is one record change.
@@ -266,7 +359,7 @@ export type WatchCommandsResponse = Message<"laneway.kmap.v1.WatchCommandsRespon
  * Use `create(WatchCommandsResponseSchema)` to create a new message.
  */
 export const WatchCommandsResponseSchema: GenMessage<WatchCommandsResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_kmap_v1_kmap_command_service, 7);
+  messageDesc(file_laneway_kmap_v1_kmap_command_service, 9);
 
 /**
  * CommandEventKind names a record change.
@@ -337,7 +430,8 @@ export const CommandEventKindSchema: GenEnum<CommandEventKind> = /*@__PURE__*/
  * (`LANEWAY_ADMIN_TOKEN`) as the bearer token; project lane tokens and invite
  * secrets fail with `permission_denied`. Failures carry a
  * `laneway.errors.v1.ErrorDetail` with reason `invalid_input`, `conflict`,
- * `not_found` or `internal`.
+ * `not_found`, `backlog_full`, `position_pruned`, `unavailable` or
+ * `internal`.
  *
  * @generated from service laneway.kmap.v1.KmapCommandService
  */
@@ -348,7 +442,12 @@ export const KmapCommandService: GenService<{
    * in submission order. Repeating the exact submission returns the original
    * record; reusing the idempotency id with different input fails with
    * `aborted` (reason `conflict`). Errors: `invalid_argument` (reason
-   * `invalid_input`) for a malformed id, command or expectation.
+   * `invalid_input`) for a malformed id, command or expectation;
+   * `resource_exhausted` (reason `backlog_full`), at once and with nothing
+   * stored, while as many commands are unfinished as the server's
+   * `--kmap-max-pending` allows (ListCommandsResponse.status reports the
+   * backlog); `unavailable` (reason `unavailable`) when another process held
+   * the lane database's write lock for longer than the lane waits.
    *
    * @generated from rpc laneway.kmap.v1.KmapCommandService.SubmitCommand
    */
@@ -368,7 +467,8 @@ export const KmapCommandService: GenService<{
     output: typeof GetCommandResponseSchema;
   },
   /**
-   * ListCommands pages through records in submission order.
+   * ListCommands pages through records in submission order, and reports the
+   * lane's backlog and the change log's range.
    *
    * @generated from rpc laneway.kmap.v1.KmapCommandService.ListCommands
    */
@@ -383,7 +483,10 @@ export const KmapCommandService: GenService<{
    * committed, failed, recovered. It waits for changes: a position past the
    * end, or an idempotency id with no record yet, simply has none to send
    * until they happen. The stream ends only on error, cancellation or server
-   * shutdown; resume with the last position received.
+   * shutdown; resume with the last position received. The change log keeps
+   * a bounded number of recent changes: a position whose following changes
+   * were pruned fails with `aborted` (reason `position_pruned`) and a
+   * `WatchPositionPruned` detail saying where the log is complete from.
    *
    * @generated from rpc laneway.kmap.v1.KmapCommandService.WatchCommands
    */

@@ -1,0 +1,33 @@
+import type { ApplyOutcome, ApplyRequest, KwebManager } from "../kweb-manager.js";
+import type { KwebWriter } from "./kweb-writer.js";
+
+/**
+ * The KwebManager interface over a KwebWriter on the calling thread.
+ *
+ * The Kweb worker thread uses it to run the command lane's runtime next to
+ * the writer it owns: the runtime's apply is then a direct call (one signed
+ * SQLite transaction, synchronous) instead of a message round trip, and the
+ * one CommandRuntime implementation serves both this in-thread case and a
+ * library user's own manager. Never use it on the server's event loop: an
+ * apply can wait for a lock and always waits for an fsync.
+ */
+export class InThreadKwebManager implements KwebManager {
+  constructor(private readonly writer: KwebWriter) {}
+
+  ready(): Promise<void> {
+    return Promise.resolve();
+  }
+
+  apply(request: ApplyRequest): Promise<ApplyOutcome> {
+    try {
+      return Promise.resolve(this.writer.apply(request));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** The worker closes the writer itself. */
+  close(): Promise<void> {
+    return Promise.resolve();
+  }
+}

@@ -1,0 +1,142 @@
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, expect, test } from "vitest";
+import { ConnectError } from "@connectrpc/connect";
+import { CommandState } from "../../gen/laneway/kmap/v1/command_pb.js";
+import { CommandEventKind, type SubmitCommandResponse } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import { kmapClients, listAllRecords, waitUntilTerminal, type KmapClients } from "../helpers/kmap-clients.js";
+import { verifyCommands, verifyNodes } from "../helpers/kmap-invariants.js";
+import { KmapModel, submitPlanned, type PlannedCommand } from "../helpers/kmap-model.js";
+import { processState, waitUntilPaused } from "../helpers/pause-points.js";
+import { holdWriteLock } from "../helpers/sqlite-lock.js";
+import { generateTokens, startLanewayProcess, type ChildLaneway, type TestTokens } from "../helpers/laneway.js";
+import { waitFor } from "../helpers/wait-for.js";
+
+/**
+ * SIGKILL at the transaction boundaries the lane gained when its runtime
+ * moved into the Kweb worker thread, then restart on the same data
+ * directory — with the same invariants as crash-safety.test.ts (every
+ * command terminal exactly once, one signed transaction per committed
+ * command):
+ *
+ * - `after-commit-and-applying`: one transaction recorded command N
+ *   Committed (without an fsync: recovery can rebuild it) and marked N+1
+ *   Applying; Kweb not yet called for N+1. The restart keeps N Committed
+ *   exactly once and recovers N+1.
+ * - `after-queued`: a group of submissions is durable in the worker, and
+ *   none was answered. The client resubmits after the restart and gets the
+ *   stored record (`existing`), at its original place in the order.
+ *
+ * The pause itself happens in the worker thread: it hands the point to the
+ * main thread, which prints the pause line and stops the whole process.
+ */
+
+const running: ChildLaneway[] = [];
+const dataDirs: string[] = [];
+
+afterEach(async () => {
+  for (const laneway of running.splice(0)) await laneway.remove();
+  for (const dir of dataDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+});
+
+async function start(dataDir: string, tokens: TestTokens, pauseAt?: string): Promise<ChildLaneway> {
+  const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: pauseAt ? { LANEWAY_PAUSE_AT: pauseAt } : {} });
+  running.push(laneway);
+  return laneway;
+}
+
+async function killHard(laneway: ChildLaneway): Promise<void> {
+  laneway.clients.closeAll();
+  expect(await laneway.kill("SIGKILL"), laneway.stderr.join("\n")).toEqual({ code: null, signal: "SIGKILL" });
+}
+
+const kindsOf = (events: readonly { kind: CommandEventKind }[] | undefined) => (events ?? []).map((e) => CommandEventKind[e.kind]);
+
+/** Submits in order until `signal` aborts; returns the commands left without an answer. */
+async function submitInOrder(clients: KmapClients, commands: readonly PlannedCommand[], signal: AbortSignal, answered: Map<string, SubmitCommandResponse>) {
+  for (const [index, planned] of commands.entries()) {
+    if (signal.aborted) return commands.slice(index);
+    try {
+      answered.set(planned.id, await submitPlanned(clients, planned, signal));
+    } catch (error) {
+      if (signal.aborted && error instanceof ConnectError) return commands.slice(index);
+      throw error;
+    }
+  }
+  return [];
+}
+
+test("after-commit-and-applying: N committed and N+1 applying in one transaction, then SIGKILL", { timeout: 120_000 }, async () => {
+  const dataDir = await mkdtemp(join(tmpdir(), "laneway-kmap-boundary-"));
+  dataDirs.push(dataDir);
+  const tokens = generateTokens();
+  const model = new KmapModel();
+  const answered = new Map<string, SubmitCommandResponse>();
+
+  let laneway = await start(dataDir, tokens, "after-commit-and-applying:1");
+  let clients = kmapClients(laneway);
+  // A backlog: the Kweb file is locked elsewhere while the commands are
+  // submitted, so they queue behind a deferred head; once the lock goes, the
+  // head commits and its successor is due — the shared transaction.
+  const lock = holdWriteLock(join(dataDir, "kmap", "kweb.sqlite"));
+  const batch = [model.create("first"), model.create("second"), model.create("third"), model.updateMissing()];
+  try {
+    for (const planned of batch) answered.set(planned.id, await submitPlanned(clients, planned));
+    await waitFor(async () => (await listAllRecords(clients.commands)).some((r) => r.error?.code === "writer_unavailable"), { what: "a deferred head" });
+  } finally {
+    lock.release();
+  }
+  const pause = await waitUntilPaused(laneway);
+  expect(pause).toEqual({ point: "after-commit-and-applying", id: batch[1]!.id });
+  expect(await processState(laneway.pid)).toBe("T");
+  await killHard(laneway);
+
+  laneway = await start(dataDir, tokens);
+  clients = kmapClients(laneway);
+  const report = await verifyCommands(clients, model);
+  await verifyNodes(clients, model, report);
+  // N was Committed by the killed process, once.
+  expect(kindsOf(report.events.get(batch[0]!.id))).toEqual(["QUEUED", "APPLYING", "RETRY_SCHEDULED", "APPLYING", "COMMITTED"]);
+  // N+1 was Applying: recovered, applied once by the restart.
+  expect(kindsOf(report.events.get(batch[1]!.id))).toEqual(["QUEUED", "APPLYING", "RECOVERED", "APPLYING", "COMMITTED"]);
+  expect(report.records.get(batch[1]!.id)!.attempts).toBe(2);
+  expect(report.log.filter((e) => e.kind === CommandEventKind.RECOVERED).map((e) => e.record!.submission!.idempotencyId)).toEqual([batch[1]!.id]);
+  expect(report.transactions.map((t) => t.provenance)).toEqual([batch[0]!.id, batch[1]!.id, batch[2]!.id]);
+  laneway.clients.closeAll();
+  expect(await laneway.kill("SIGTERM"), laneway.stderr.join("\n")).toEqual({ code: 0, signal: null });
+});
+
+test("after-queued: a durable group not yet answered, then SIGKILL; the resubmission finds it", { timeout: 120_000 }, async () => {
+  const dataDir = await mkdtemp(join(tmpdir(), "laneway-kmap-boundary-"));
+  dataDirs.push(dataDir);
+  const tokens = generateTokens();
+  const model = new KmapModel();
+  const answered = new Map<string, SubmitCommandResponse>();
+
+  let laneway = await start(dataDir, tokens, "after-queued:3");
+  let clients = kmapClients(laneway);
+  const commands = [model.create("one"), model.create("two"), model.create("three"), model.create("four")];
+  const stop = new AbortController();
+  const paused = waitUntilPaused(laneway).finally(() => stop.abort());
+  const unanswered = await submitInOrder(clients, commands, stop.signal, answered);
+  expect(await paused).toEqual({ point: "after-queued", id: commands[2]!.id });
+  expect(unanswered.map((p) => p.id)).toEqual([commands[2]!.id, commands[3]!.id]);
+  await killHard(laneway);
+
+  laneway = await start(dataDir, tokens);
+  clients = kmapClients(laneway);
+  // The third was stored before the kill, although it was never answered.
+  const third = await submitPlanned(clients, commands[2]!);
+  expect(third.existing).toBe(true);
+  expect(third.record!.sequence).toBe(3n);
+  const fourth = await submitPlanned(clients, commands[3]!);
+  expect(fourth.existing).toBe(false);
+  expect(fourth.record!.sequence).toBe(4n);
+  const records = await waitUntilTerminal(clients.commands, commands.map((c) => c.id));
+  expect(commands.map((c) => records.get(c.id)!.state)).toEqual(commands.map(() => CommandState.COMMITTED));
+  const report = await verifyCommands(clients, model);
+  await verifyNodes(clients, model, report);
+  laneway.clients.closeAll();
+  expect(await laneway.kill("SIGTERM"), laneway.stderr.join("\n")).toEqual({ code: 0, signal: null });
+});
