@@ -5,6 +5,7 @@
 import { kmapLane } from "./kmap-lane.js";
 import { lanesPublish } from "./lanes-publish.js";
 import { serverOverhead } from "./server-overhead.js";
+import { swarmBus } from "./swarm-bus.js";
 import { swarmMint } from "./swarm-mint.js";
 
 const benchmarks: Record<string, () => Promise<void>> = {
@@ -12,6 +13,7 @@ const benchmarks: Record<string, () => Promise<void>> = {
   "kmap-lane": kmapLane,
   "lanes-publish": lanesPublish,
   "swarm-mint": swarmMint,
+  "swarm-bus": swarmBus,
 };
 
 const selected = process.argv.slice(2);

@@ -80,3 +80,4 @@ export { checkGrants, covers, noSharedHiveUser, CONTROLLER_USER, HIVE_USER, SPOK
 export { ANTONCORE_FILES, readAntoncoreNats, type AntoncoreNats, type AntoncoreUser } from "./grant-check/antoncore-users.js";
 export { parseYamlSubset, YamlSubsetError } from "./grant-check/yaml-subset.js";
 export { NativeKeyPair, type NkeyRole } from "./native-keys.js";
+export * from "./bus/index.js";

@@ -1,0 +1,155 @@
+/**
+ * The scoped bus's failures.
+ *
+ * Every refusal the specification quotes is reproduced exactly in
+ * {@link BUS_TEXTS}: operators and members search for them. Each one is
+ * raised before anything reaches the server. Broker failures become a
+ * {@link SwarmError} with a fixed message (what the bus was doing) and the
+ * classified broker error as `cause`: never a subject of another tenant, a
+ * broker address, a credential or a raw backend text.
+ *
+ * | class | reason | when |
+ * | --- | --- | --- |
+ * | {@link BusRefusedError} | `swarm_invalid` | a subject, queue, event or swarm outside the bus's scope; a bad key |
+ * | {@link BusPermissionError} | `swarm_forbidden` | state through the root bus; migration without provisioning; the server denied a call |
+ * | {@link MigrationIncompleteError} | `swarm_migration_incomplete` | binding a queue or state stream whose import is pending |
+ * | {@link MigrationRefusedError} | `swarm_conflict` | a migration the table refuses; a scoped state stream over non-empty legacy state |
+ * | {@link StateRevisionConflictError} | `swarm_conflict` | a state write whose expected revision is not the key's |
+ * | {@link BusResourceMissingError} | `swarm_not_found` | bind mode and the hub has not provisioned the stream or consumer |
+ * | {@link BusConfigError} | `swarm_invalid` | the bus settings (options or `AGENTIHOOKS_BUS*` variables) |
+ */
+import { classifyNatsError, JetStreamErrorCode } from "../../nats/index.js";
+import { SwarmError } from "../errors.js";
+
+/** The specification's texts, reproduced exactly (names and subjects are quoted as given). */
+export const BUS_TEXTS = Object.freeze({
+  subjectNotOfSwarm: (subject: string, swarm: string) => `subject '${shown(subject)}' does not belong to swarm '${shown(swarm)}'`,
+  eventSwarmMismatch: (eventSwarm: string, swarm: string) => `event swarm '${shown(eventSwarm)}' does not match bus swarm '${shown(swarm)}'`,
+  selectSwarmForQueue: "select a swarm before opening a scoped queue",
+  queueNotOfSwarm: (name: string, swarm: string) => `queue '${shown(name)}' does not belong to swarm '${shown(swarm)}'`,
+  cannotChangeSwarm: "a scoped bus cannot change its swarm",
+  selectSwarmForState: "select a swarm before opening scoped state",
+  queueMigrationIncomplete: "scoped queue migration is incomplete",
+  stateMigrationIncomplete: "scoped state migration is incomplete",
+  legacyStateOwnership: "legacy state requires explicit key ownership",
+  stateOwnershipChanged: "state migration ownership or source revisions changed",
+  legacyStateChanged: "legacy state changed during migration",
+  legacyQueueChanged: "legacy queue changed or contains work for another swarm",
+  legacyQueueUndelivered: "legacy queue still has undelivered work",
+  migrationNeedsProvisioning: "migration requires privileged provisioning",
+  migrationNotEnabled: "scoped migration is not enabled",
+});
+
+/**
+ * Laneway's own texts, for cases the specification names without quoting
+ * a message.
+ */
+export const BUS_OWN_TEXTS = Object.freeze({
+  /** The table's "a retained copy that differs from its source" (migrate_dead). */
+  deadCopyDiffers: (sourceSeq: number) => `a retained dead letter copy differs from its source (legacy sequence ${sourceSeq})`,
+  /** The table's "a target that already has live writes" (migrate_state). */
+  stateTargetHasLiveWrites: "the scoped state stream already has live writes",
+  migrationRunning: "another migration of this resource changed its pending mark; run the migration again",
+  subjectNamesNoSwarm: (subject: string) => `subject '${shown(subject)}' does not name a swarm`,
+  selectSwarmForEvents: "select a swarm before reading scoped events",
+  deadLetterNeedsSwarm: "a dead letter needs a swarm: give the event a swarm field or use forSwarm(<swarm>)",
+  invalidSwarm: (problem: string) => `invalid swarm name (${problem})`,
+  invalidKey: (key: string) => `state key '${shown(key)}' is not a valid key (letters, digits, '-', '_', '=', '/', inner '.')`,
+  invalidBucket: (bucket: string) => `state bucket '${shown(bucket)}' is not a valid bucket name`,
+  invalidQueueName: (name: string) => `queue '${shown(name)}' is not a valid queue name`,
+  invalidSubject: (subject: string) => `subject '${shown(subject)}' is not a valid subject for this call`,
+  tooManyKeys: (max: number) => `a state migration names at most ${max} keys`,
+  revisionConflict: (key: string) => `state key '${shown(key)}' is not at the expected revision`,
+  notJson: "the event must be a JSON object",
+  closed: "the bus is closed",
+});
+
+/** A call outside the bus's scope, refused before it reached the server. */
+export class BusRefusedError extends SwarmError {
+  constructor(message: string) {
+    super("swarm_invalid", message);
+  }
+}
+
+/** A call the bus (or the server, for the credential it holds) does not permit. The specification's PermissionError. */
+export class BusPermissionError extends SwarmError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("swarm_forbidden", message, options);
+  }
+}
+
+/** A scoped queue or state stream whose import from the legacy resources is still marked pending. */
+export class MigrationIncompleteError extends SwarmError {
+  constructor(readonly resource: "queue" | "state") {
+    super("swarm_migration_incomplete", resource === "queue" ? BUS_TEXTS.queueMigrationIncomplete : BUS_TEXTS.stateMigrationIncomplete);
+  }
+}
+
+/** A migration (or scoped state creation) the specification refuses. Nothing was lost; the pending mark, if any, stays. */
+export class MigrationRefusedError extends SwarmError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super("swarm_conflict", message, options);
+  }
+}
+
+/** A state write whose expected revision is not the key's current one. */
+export class StateRevisionConflictError extends SwarmError {
+  constructor(
+    readonly key: string,
+    readonly expectedRevision: number,
+    options?: { cause?: unknown },
+  ) {
+    super("swarm_conflict", BUS_OWN_TEXTS.revisionConflict(key), options);
+  }
+}
+
+/** Bind mode found no stream or consumer where the hub should have provisioned one. */
+export class BusResourceMissingError extends SwarmError {
+  constructor(message: string) {
+    super("swarm_not_found", message);
+  }
+}
+
+/** The bus settings are incomplete or invalid. Messages never hold a URL or a credential. */
+export class BusConfigError extends SwarmError {
+  constructor(message: string) {
+    super("swarm_invalid", message);
+  }
+}
+
+/**
+ * Turns a broker failure into a swarm error whose message says what the
+ * bus was doing (`action`, a fixed phrase). Swarm errors pass unchanged.
+ */
+export function busFailure(error: unknown, action: string): SwarmError {
+  if (error instanceof SwarmError) return error;
+  const failure = classifyNatsError(error);
+  switch (failure.kind) {
+    case "permission":
+      return new BusPermissionError(`the NATS server denied ${action}`, { cause: failure });
+    case "unavailable":
+    case "timeout":
+      return new SwarmError("swarm_unavailable", `${failure.message} (${action})`, { cause: failure });
+    case "jetstream":
+      if (failure.code === JetStreamErrorCode.StreamNotFound || failure.code === JetStreamErrorCode.ConsumerNotFound) {
+        return new SwarmError("swarm_not_found", `${failure.message} (${action})`, { cause: failure });
+      }
+      return new SwarmError("swarm_conflict", `${failure.message} (${action})`, { cause: failure });
+    case "invalid":
+      return new SwarmError("swarm_invalid", `${failure.message} (${action})`, { cause: failure });
+    default:
+      return new SwarmError("swarm_unavailable", `${failure.message} (${action})`, { cause: failure });
+  }
+}
+
+/** The JetStream API error code behind `error`, if it is one. */
+export function jetStreamCode(error: unknown): number | undefined {
+  const failure = classifyNatsError(error);
+  return failure.kind === "jetstream" ? failure.code : undefined;
+}
+
+/** A caller's name or subject as it may appear in a message: clipped, control characters escaped. */
+function shown(text: string): string {
+  const clipped = text.length > 256 ? `${text.slice(0, 256)}…` : text;
+  return clipped.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}

@@ -1,0 +1,73 @@
+/**
+ * The scoped bus: the library hive members and the hub use to reach a
+ * swarm's queues, events, dead letters and state on NATS JetStream (the
+ * specification's `scripts.events.nats`).
+ *
+ * - config.ts: {@link BusConfig} from options or the `hive.env` variables.
+ * - subject-map.ts: the subject and queue tables, and the refusals that keep
+ *   a scoped bus inside its swarm.
+ * - scoped-bus.ts: {@link openBus}, the root {@link Bus} and its
+ *   {@link SwarmBus} views.
+ * - queue.ts, events.ts, dead-letters.ts, state.ts: the operations.
+ * - streams.ts: which stream serves a resource (legacy names while present)
+ *   and provisioning.
+ * - migration.ts, migration-mark.ts: moving legacy data, crash-safely, with
+ *   a pending mark members can read.
+ */
+export {
+  busConfigFromEnv,
+  checkBusConfig,
+  DEFAULT_QUEUE_POLICY,
+  isProvisioning,
+  type BusConfig,
+  type QueuePolicy,
+} from "./config.js";
+export {
+  BUS_OWN_TEXTS,
+  BUS_TEXTS,
+  BusConfigError,
+  BusPermissionError,
+  BusRefusedError,
+  BusResourceMissingError,
+  MigrationIncompleteError,
+  MigrationRefusedError,
+  StateRevisionConflictError,
+} from "./errors.js";
+export {
+  checkEventSwarm,
+  decodeEvent,
+  encodeEvent,
+  logicalSubject,
+  LOGICAL_RULES,
+  matchPattern,
+  QUEUE_PATTERN,
+  routeQueue,
+  routeSubject,
+  SUBJECT_RULES,
+  type BusEvent,
+  type BusMode,
+  type QueueRoute,
+  type SubjectRoute,
+  type SubjectRule,
+} from "./subject-map.js";
+export { Bus, inboxPrefixOfCredential, openBus, SwarmBus, type OpenBusOptions, type ProvisionedSwarm } from "./scoped-bus.js";
+export { WorkItem, WorkQueue, type OfferAck, type OfferOptions, type TakeOptions, type WorkStream } from "./queue.js";
+export { type BusMessage, type Published, type ReadOptions, type ReadPage } from "./events.js";
+export { type DeadLetterOptions } from "./dead-letters.js";
+export { isStateKey, StateBucket, type PutOptions, type StateEntry } from "./state.js";
+export { MAX_MIGRATION_KEYS, MIGRATION_PAUSE_POINTS, type MigrationOptions, type MigrationProgress, type MigrationResult } from "./migration.js";
+export { readMark, type MigrationMark } from "./migration-mark.js";
+export { swarmStreamConfig } from "./streams.js";
+export {
+  BUS_HEADERS,
+  deadMarkSubject,
+  isMarkSubject,
+  kvKeySubject,
+  LEGACY_DEAD_SUBJECTS,
+  legacyDeadSubject,
+  legacyQueueConsumerName,
+  legacyQueueStreamName,
+  MARK_TOKEN,
+  queueMarkSubject,
+  stateMarkSubject,
+} from "./names.js";

@@ -1,0 +1,237 @@
+/**
+ * A work queue: offers in, work items out, at least once.
+ *
+ * A scoped lane queue is the swarm's lane queue stream (a JetStream work
+ * queue): offers publish to `swarm.<swarm>.queue.<lane>.work` and wait for
+ * the stream's acknowledgement; takers pull from the durable consumer
+ * `<lane>` (the hub provisions it; a member binds it with CONSUMER.INFO
+ * and pulls with CONSUMER.MSG.NEXT, the calls its grant allows). A taken
+ * item is held for the consumer's ack wait: {@link WorkItem.ack} removes
+ * it (and waits for the server to confirm), {@link WorkItem.nak} hands it
+ * out again, an item neither acked nor nakked is handed out again after
+ * the ack wait. Each delivery counts as an attempt; an item migrated from a
+ * legacy queue keeps the attempts it had there (`Agentihooks-Prior-Attempts`),
+ * so {@link WorkItem.attempt} is the item's whole delivery count.
+ *
+ * An unscoped bus reaches the legacy queue of the same name with the same
+ * calls.
+ */
+import type { Consumer, ConsumerMessages, JsMsg, PubAck } from "@nats-io/jetstream";
+import { busFailure } from "./errors.js";
+import { BUS_HEADERS } from "./names.js";
+import { checkEventSwarm, decodeEvent, encodeEvent, type BusEvent, type BusMode } from "./subject-map.js";
+import type { BusStreams } from "./streams.js";
+
+/** What an offer returns. */
+export interface OfferAck {
+  /** The item's stream sequence. */
+  readonly seq: number;
+  /** True when the server deduplicated the offer (same `msgId` within the duplicate window). */
+  readonly duplicate: boolean;
+}
+
+export interface OfferOptions {
+  /** A message id: the server keeps one item per id within the stream's duplicate window (2 minutes). */
+  readonly msgId?: string;
+}
+
+export interface TakeOptions {
+  /** How long to wait for an item. Default 5 000 ms, at least 1 000. */
+  readonly maxWaitMs?: number;
+}
+
+/** One delivery of a work item. */
+export class WorkItem {
+  readonly #message: JsMsg;
+  #event: BusEvent | undefined | null = null;
+
+  /** @internal Made by the queue. */
+  constructor(
+    message: JsMsg,
+    /** The queue's logical name. */
+    readonly queue: string,
+  ) {
+    this.#message = message;
+  }
+
+  /** The item's stream sequence (its identity while it is queued). */
+  get seq(): number {
+    return this.#message.seq;
+  }
+
+  /** The offered bytes. */
+  get data(): Uint8Array {
+    return this.#message.data;
+  }
+
+  /** The offered event, or undefined when the bytes are not a JSON object. */
+  get event(): BusEvent | undefined {
+    if (this.#event === null) this.#event = decodeEvent(this.#message.data);
+    return this.#event;
+  }
+
+  /** Deliveries by this queue, this one included. */
+  get deliveryCount(): number {
+    return this.#message.info.deliveryCount;
+  }
+
+  /** Deliveries the item had in a legacy queue before it was migrated here. */
+  get priorAttempts(): number {
+    return priorAttemptsOf(this.#message);
+  }
+
+  /** The delivery attempt this is: 1 for the first delivery ever, counting a migrated item's legacy deliveries. */
+  get attempt(): number {
+    return this.priorAttempts + this.deliveryCount;
+  }
+
+  /** Done: removes the item, once the server confirms. */
+  async ack(): Promise<void> {
+    let confirmed: boolean;
+    try {
+      confirmed = await this.#message.ackAck();
+    } catch (error) {
+      throw busFailure(error, "acknowledging a work item");
+    }
+    if (!confirmed) throw busFailure(new Error("ack not confirmed"), "acknowledging a work item");
+  }
+
+  /** Not done: hand the item out again (after `delayMs`, if given). */
+  nak(delayMs?: number): void {
+    this.#message.nak(delayMs);
+  }
+
+  /** Still working: restarts the ack wait. */
+  inProgress(): void {
+    this.#message.working();
+  }
+
+  /** Never hand this item out again. */
+  term(): void {
+    this.#message.term();
+  }
+}
+
+/** The prior-attempts header of a message (0 when absent or malformed). */
+export function priorAttemptsOf(message: Pick<JsMsg, "headers">): number {
+  const value = Number(message.headers?.get(BUS_HEADERS.priorAttempts) ?? "0");
+  return Number.isSafeInteger(value) && value > 0 ? value : 0;
+}
+
+/** What the bus resolved for a queue. */
+export interface QueueBinding {
+  readonly mode: BusMode;
+  /** The logical name (`swarm.<swarm>.ready.<lane>`, or the legacy queue's name). */
+  readonly name: string;
+  /** The swarm whose `swarm` field offers must carry (scoped mode). */
+  readonly swarm: string | undefined;
+  readonly stream: string;
+  readonly consumer: string;
+  readonly offerSubject: string;
+}
+
+export class WorkQueue {
+  readonly #streams: BusStreams;
+  readonly #binding: QueueBinding;
+  #consumer: { consumer: Consumer; js: unknown } | undefined;
+
+  /** @internal Bound by the bus (`queue(<name>)`). */
+  constructor(streams: BusStreams, binding: QueueBinding) {
+    this.#streams = streams;
+    this.#binding = binding;
+  }
+
+  /** The logical name. */
+  get name(): string {
+    return this.#binding.name;
+  }
+
+  /** The stream and durable consumer serving the queue. */
+  get stream(): string {
+    return this.#binding.stream;
+  }
+
+  get consumerName(): string {
+    return this.#binding.consumer;
+  }
+
+  /** Offers an event; resolves once the stream stored it. */
+  async offer(event: BusEvent, options: OfferOptions = {}): Promise<OfferAck> {
+    if (this.#binding.swarm !== undefined) checkEventSwarm(this.#binding.mode, this.#binding.swarm, event);
+    const data = encodeEvent(event);
+    let ack: PubAck;
+    try {
+      ack = await this.#streams.js().publish(this.#binding.offerSubject, data, options.msgId === undefined ? undefined : { msgID: options.msgId });
+    } catch (error) {
+      throw busFailure(error, "offering work");
+    }
+    return { seq: ack.seq, duplicate: ack.duplicate };
+  }
+
+  /** Takes one item, waiting up to `maxWaitMs`; undefined when none came. */
+  async take(options: TakeOptions = {}): Promise<WorkItem | undefined> {
+    const consumer = await this.#pullConsumer();
+    let message: JsMsg | null;
+    try {
+      message = await consumer.next({ expires: waitOf(options) });
+    } catch (error) {
+      throw busFailure(error, "taking work");
+    }
+    return message === null ? undefined : new WorkItem(message, this.#binding.name);
+  }
+
+  /** Takes up to `max` items, waiting up to `maxWaitMs` for them. */
+  async takeBatch(max: number, options: TakeOptions = {}): Promise<WorkItem[]> {
+    const consumer = await this.#pullConsumer();
+    const items: WorkItem[] = [];
+    try {
+      const messages = await consumer.fetch({ max_messages: Math.max(1, Math.floor(max)), expires: waitOf(options) });
+      for await (const message of messages) items.push(new WorkItem(message, this.#binding.name));
+    } catch (error) {
+      throw busFailure(error, "taking work");
+    }
+    return items;
+  }
+
+  /**
+   * A continuous stream of items (pulls are pipelined, `maxMessages`
+   * buffered). Stop it with `stop()`; iterate it with `for await`.
+   */
+  async consume(options: { maxMessages?: number } = {}): Promise<WorkStream> {
+    const consumer = await this.#pullConsumer();
+    let messages: ConsumerMessages;
+    try {
+      messages = await consumer.consume({ max_messages: options.maxMessages ?? 64 });
+    } catch (error) {
+      throw busFailure(error, "taking work");
+    }
+    const name = this.#binding.name;
+    return {
+      async *[Symbol.asyncIterator]() {
+        for await (const message of messages) yield new WorkItem(message, name);
+      },
+      stop: () => messages.stop(),
+    };
+  }
+
+  async #pullConsumer(): Promise<Consumer> {
+    const js = this.#streams.js();
+    if (this.#consumer?.js === js) return this.#consumer.consumer;
+    try {
+      const consumer = await js.consumers.get(this.#binding.stream, this.#binding.consumer);
+      this.#consumer = { consumer, js };
+      return consumer;
+    } catch (error) {
+      throw busFailure(error, "binding the queue consumer");
+    }
+  }
+}
+
+/** Items as they come; `stop()` ends the iteration. */
+export interface WorkStream extends AsyncIterable<WorkItem> {
+  stop(): void;
+}
+
+function waitOf(options: TakeOptions): number {
+  return Math.max(1_000, Math.floor(options.maxWaitMs ?? 5_000));
+}

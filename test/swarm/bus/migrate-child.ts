@@ -1,0 +1,34 @@
+/**
+ * A hub process for the migration crash tests: opens the hub's bus
+ * (scoped, provisioning) and runs one migration with the pause point
+ * `pauseAt` enabled, where it prints `laneway-paused <point> <id>` and
+ * stops itself (the test then kills it with SIGKILL). Prints `done
+ * <result>` if it ever finishes.
+ *
+ * Usage (argv[2] is JSON): {url, credentials, kind: "state"|"queue"|"dead", swarm, name?, bucket?, keys?, pauseAt}
+ */
+import { pausePointsFromSetting } from "../../../src/fault-injection/pause-points.js";
+import { MIGRATION_PAUSE_POINTS, openBus } from "../../../src/swarm/bus/index.js";
+
+interface Spec {
+  url: string;
+  credentials: string;
+  kind: "state" | "queue" | "dead";
+  swarm: string;
+  name?: string;
+  bucket?: string;
+  keys?: string[];
+  pauseAt: string;
+}
+
+const spec = JSON.parse(process.argv[2]!) as Spec;
+const bus = await openBus({ backend: "nats", url: spec.url, credentials: spec.credentials, scoped: true, bind: false });
+const options = { pausePoints: pausePointsFromSetting(spec.pauseAt, MIGRATION_PAUSE_POINTS) };
+const result =
+  spec.kind === "state"
+    ? await bus.migrateState(spec.swarm, spec.bucket!, spec.keys!, options)
+    : spec.kind === "queue"
+      ? await bus.migrateQueue(spec.swarm, spec.name!, {}, options)
+      : await bus.migrateDead(spec.swarm, options);
+process.stdout.write(`done ${JSON.stringify(result)}\n`);
+await bus.close();
