@@ -63,10 +63,10 @@ test("a refused call prints code, reason and message on one line and exits 1", a
   expect(result.stderr).not.toContain(laneway.tokens.admin);
 });
 
-test("an operation whose core is not built exits 1 with unimplemented", async () => {
-  const result = await cli(["hive", "migrate-dead", "rig"], { LANEWAY_TOKEN: laneway.tokens.admin });
+test("a hive operation on a server without a hive exits 1 with unavailable", async () => {
+  const result = await cli(["hive", "migrate", "dead", "rig"], { LANEWAY_TOKEN: laneway.tokens.admin });
   expect(result.code).toBe(1);
-  expect(result.stderr).toMatch(/^laneway: unimplemented \(unimplemented\): MigrateDead/);
+  expect(result.stderr).toMatch(/^laneway: unavailable \(swarm_unavailable\): the hive is not initialized/);
 });
 
 test("a refused publish exits 1 with its code and reason", async () => {

@@ -1,8 +1,8 @@
 import { resolve } from "node:path";
 import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
-import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
+import { HiveHubService, MigrationProgressSchema, type MigrateRequest, type MigrationProgress } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService, type MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
-import { SERVER_DEFAULTS } from "../config/index.js";
+import { nanosToMillis, parseGoDuration, SERVER_DEFAULTS } from "../config/index.js";
 import {
   acceptCredential,
   checkGrants,
@@ -15,7 +15,7 @@ import {
   writeInviteFile,
   type MemberInvite,
 } from "../swarm/index.js";
-import { clientSettings, openClient, OutcomeError, parseCommand, positionals, printMessage, UsageError, withClient } from "./command.js";
+import { clientSettings, openClient, OutcomeError, parseCommand, parseUint, positionals, printMessage, UsageError, withClient, type CliIo } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
 import { rpcCommand } from "./rpc-command.js";
 
@@ -152,6 +152,111 @@ const checkGrantsCommand: CommandSpec = {
   },
 };
 
+/**
+ * `hive migrate state|queue|dead`: one migration through the streaming
+ * Migrate RPC. Progress goes to stderr (a bar, at most about four updates a
+ * second; `--quiet` turns it off), the final counts to stdout as JSON.
+ * Ctrl-C stops the copy at a safe point; running the command again resumes.
+ */
+const migrateCommand: CommandSpec = {
+  name: "migrate",
+  usage: [
+    "migrate state <swarm> <bucket> <key>... [--quiet]",
+    "migrate queue <swarm> <queue> [--max-deliver N] [--ack-wait D] [--quiet]",
+    "migrate dead <swarm> [--quiet]",
+    "(moves one swarm's retained legacy data into its own streams; quiesce that swarm's legacy writers and consumers first;",
+    " safe to repeat; progress on stderr, the result as JSON on stdout)",
+  ].join("\n"),
+  summary: "move a swarm's legacy state keys, lane queue or dead letters into its own streams, with progress",
+  async run(argv, io) {
+    const { values, positionals: args } = parseCommand(argv, {
+      "max-deliver": { type: "string" },
+      "ack-wait": { type: "string" },
+      quiet: { type: "boolean" },
+    });
+    const [kind, ...rest] = args;
+    let request: MigrateRequest["migration"];
+    if (kind !== "queue" && (values["max-deliver"] !== undefined || values["ack-wait"] !== undefined)) {
+      throw new UsageError("--max-deliver and --ack-wait apply to migrate queue only");
+    }
+    switch (kind) {
+      case "state": {
+        if (rest.length < 3) throw new UsageError("expected state <swarm> <bucket> <key>...");
+        const [swarm, bucket, ...keys] = rest;
+        request = { case: "state", value: { $typeName: "laneway.swarm.v1.MigrateStateRequest", swarm: swarm!, bucket: bucket!, keys } };
+        break;
+      }
+      case "queue": {
+        const [swarm, name] = positionals(rest, ["swarm", "queue"]);
+        const maxDeliver = Number(parseUint("max-deliver", values["max-deliver"], 0n));
+        const ackWaitMs = durationOption("ack-wait", values["ack-wait"]);
+        request = {
+          case: "queue",
+          value: {
+            $typeName: "laneway.swarm.v1.MigrateQueueRequest",
+            swarm: swarm!,
+            name: name!,
+            policy: { $typeName: "laneway.swarm.v1.QueuePolicy", maxDeliver, ...(ackWaitMs > 0 ? { ackWait: durationFromMs(ackWaitMs) } : {}) },
+          },
+        };
+        break;
+      }
+      case "dead": {
+        const [swarm] = positionals(rest, ["swarm"]);
+        request = { case: "dead", value: { $typeName: "laneway.swarm.v1.MigrateDeadRequest", swarm: swarm! } };
+        break;
+      }
+      default:
+        throw new UsageError("expected migrate state|queue|dead (see --help)");
+    }
+    const display = values.quiet === true ? undefined : new ProgressDisplay(io, kind);
+    await withClient(HiveHubService, values, io, async (client) => {
+      let last: MigrationProgress | undefined;
+      for await (const message of client.migrate({ migration: request }, { signal: io.signal })) {
+        if (message.progress === undefined) continue;
+        last = message.progress;
+        if (!last.complete) display?.update(last);
+      }
+      if (last === undefined || !last.complete) throw new OutcomeError("the hub ended the migration without a result");
+      display?.done(last);
+      printMessage(io, MigrationProgressSchema, last);
+    });
+  },
+};
+
+/** A progress bar on stderr: `migrate queue [#######-------------] 35% 35000/100000 copied 35000 skipped 0`. */
+class ProgressDisplay {
+  static readonly WIDTH = 30;
+
+  constructor(
+    private readonly io: CliIo,
+    private readonly kind: string,
+  ) {}
+
+  update(p: MigrationProgress): void {
+    const done = p.copied + p.skipped;
+    const total = p.total > 0n ? p.total : done;
+    const ratio = total === 0n ? 1 : Number((done * 1000n) / total) / 1000;
+    const filled = Math.min(ProgressDisplay.WIDTH, Math.round(ratio * ProgressDisplay.WIDTH));
+    const bar = `${"#".repeat(filled)}${"-".repeat(ProgressDisplay.WIDTH - filled)}`;
+    this.io.stderr(`migrate ${this.kind} [${bar}] ${Math.floor(ratio * 100)}% ${done}/${total} copied ${p.copied} skipped ${p.skipped}\n`);
+  }
+
+  done(p: MigrationProgress): void {
+    if (p.total > 0n) this.update(p);
+    this.io.stderr(`migrate ${this.kind}: complete\n`);
+  }
+}
+
+function durationOption(name: string, value: string | undefined): number {
+  if (value === undefined) return 0;
+  try {
+    return nanosToMillis(parseGoDuration(value));
+  } catch {
+    throw new UsageError(`--${name} must be a duration such as 10s`);
+  }
+}
+
 export const hiveCommands: CommandGroup = {
   name: "hive",
   summary: "swarm membership (operator token; join and refresh take the invite file)",
@@ -183,32 +288,7 @@ export const hiveCommands: CommandGroup = {
     memberCommand("join"),
     memberCommand("refresh"),
     checkGrantsCommand,
-    rpcCommand({
-      method: hub.migrateState,
-      usage: "migrate-state <swarm> <bucket> <key>...",
-      summary: "move retained revisions of keys from a legacy KV bucket into the swarm's state stream",
-      args: ["swarm", "bucket", "key..."],
-      request: (i) => ({ swarm: i.arg("swarm"), bucket: i.arg("bucket"), keys: [...i.rest()] }),
-    }),
-    rpcCommand({
-      method: hub.migrateQueue,
-      usage: "migrate-queue <swarm> <queue> [--max-deliver N] [--ack-wait D]",
-      summary: "move undelivered work of a legacy lane queue into the swarm's queue",
-      args: ["swarm", "queue"],
-      options: { "max-deliver": { type: "string" }, "ack-wait": { type: "string" } },
-      request(i) {
-        const ackWaitMs = i.durationMs("ack-wait");
-        const policy = { maxDeliver: Number(i.uint("max-deliver", 0n)), ...(ackWaitMs > 0 ? { ackWait: durationFromMs(ackWaitMs) } : {}) };
-        return { swarm: i.arg("swarm"), name: i.arg("queue"), policy };
-      },
-    }),
-    rpcCommand({
-      method: hub.migrateDead,
-      usage: "migrate-dead <swarm>",
-      summary: "copy a swarm's letters from the shared dead letter stream into its own",
-      args: ["swarm"],
-      request: (i) => ({ swarm: i.arg("swarm") }),
-    }),
+    migrateCommand,
   ],
 };
 

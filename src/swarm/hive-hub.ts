@@ -17,6 +17,11 @@
  * 5. rotate the member's Redis password (when the hive has Redis).
  *
  * Every change is serialized: one hub process owns its state.
+ *
+ * Committed changes of the hive's mode — scoping, an invite, a retirement —
+ * are announced to the listeners of `onModeChange` after they are stored
+ * (the hive lane adapter publishes them; nothing waits for a listener, and
+ * a listener cannot undo a change).
  */
 import { createHash, randomBytes } from "node:crypto";
 import { parseNatsServers } from "../config/index.js";
@@ -35,6 +40,7 @@ import {
   type HubState,
   type MemberRecord,
 } from "./hub-state.js";
+import type { HubMigrator } from "./hub-bus.js";
 import type { HubStateFile } from "./hub-store.js";
 import { hiveEnvLines, inviteEnvLines } from "./member-env.js";
 import { decideGrant, renderMemberGrant, type GrantDecision, type NatsGrant } from "./member-grant.js";
@@ -126,6 +132,25 @@ export interface RetireOutcome {
   readonly redisUserDeleted: boolean;
 }
 
+/** A committed change of the hive's mode, as announced to `onModeChange` listeners. */
+export type HubModeChange =
+  | {
+      readonly kind: "scope";
+      /** Unix milliseconds. */
+      readonly committedAt: number;
+      /** Whether this change created the member_swarms field. */
+      readonly created: boolean;
+      /** The swarms given to members that were not listed before. */
+      readonly swarms: readonly string[];
+      /** The members this change listed. */
+      readonly listedMembers: readonly string[];
+    }
+  | { readonly kind: "invite"; readonly committedAt: number; readonly memberId: string; readonly scoped: boolean; readonly listed: boolean; readonly swarms: readonly string[] }
+  | { readonly kind: "retire"; readonly committedAt: number; readonly memberId: string; readonly revokedKeys: number };
+
+/** Called synchronously once a change is committed; must not block (queue the work). */
+export type HubModeChangeListener = (change: HubModeChange) => void;
+
 export class HiveHub {
   readonly #o: HiveHubOptions;
   readonly #clock: () => number;
@@ -134,12 +159,33 @@ export class HiveHub {
   #queue: Promise<unknown> = Promise.resolve();
   /** Whether the server's hive account may lag the state (until a push succeeds). */
   #accountStale = true;
+  readonly #modeListeners = new Set<HubModeChangeListener>();
+  #migrator: HubMigrator | undefined;
 
   constructor(options: HiveHubOptions) {
     this.#o = options;
     this.#clock = options.clock ?? Date.now;
     this.#state = options.state;
     this.#index();
+  }
+
+  /** Sets what the migration RPCs use (openHiveHub: the hub's bus, hub-bus.ts). */
+  useMigrator(migrator: HubMigrator): void {
+    this.#migrator = migrator;
+  }
+
+  /** The hub's migrations (the hub's bus); `swarm_unavailable` before the bus is open. */
+  get migrator(): HubMigrator {
+    if (this.#migrator === undefined) throw new SwarmError("swarm_unavailable", "the hub's bus is not open");
+    return this.#migrator;
+  }
+
+  /** Calls `listener` with every committed mode change (scope, invite, retirement) until the returned function is called. */
+  onModeChange(listener: HubModeChangeListener): () => void {
+    this.#modeListeners.add(listener);
+    return () => {
+      this.#modeListeners.delete(listener);
+    };
   }
 
   /** The member whose invite secret this is; undefined for any other token. */
@@ -168,13 +214,20 @@ export class HiveHub {
       if (!this.#o.signer.writable) throw neverWrittenError();
       const swarms = requested.length > 0 ? [...new Set(requested)].sort() : [...(await this.#o.listSwarms())].sort();
       let created = false;
+      let listedMembers: string[] = [];
       const record = await this.#o.signer.updateMemberSwarms((current) => {
         created = current === undefined;
+        listedMembers = [];
         const next = new Map(current ?? []);
-        for (const memberId of Object.keys(this.#state.members).sort()) if (!next.has(memberId)) next.set(memberId, swarms);
+        for (const memberId of Object.keys(this.#state.members).sort()) {
+          if (next.has(memberId)) continue;
+          next.set(memberId, swarms);
+          listedMembers.push(memberId);
+        }
         return next;
       });
       this.#o.log.info(created ? "member_swarms created" : "member_swarms extended", { members: Object.keys(this.#state.members).length, swarms: swarms.length });
+      if (created || listedMembers.length > 0) this.#announce({ kind: "scope", committedAt: this.#clock(), created, swarms, listedMembers });
       return { created, swarms, members: this.#listing(record) };
     });
   }
@@ -211,6 +264,7 @@ export class HiveHub {
       );
       const swarms = record.memberSwarms?.get(memberId) ?? [];
       this.#o.log.info("hive member invited", { member: memberId, scoped, listed });
+      this.#announce({ kind: "invite", committedAt: this.#clock(), memberId, scoped, listed, swarms: [...swarms].sort() });
       return { memberId, secret, scoped, listed, swarms: [...swarms].sort(), inviteEnv: inviteEnvLines({ memberId, secret, busUrl, scoped, redisUrl }) };
     });
   }
@@ -309,6 +363,7 @@ export class HiveHub {
           .catch((error: unknown) => this.#o.log.warn("the retired member could not be removed from member_swarms", { member: memberId, ...safeErrorFields(error) }));
       }
       this.#o.log.info("hive member retired", { member: memberId, revokedKeys: member.keys.length, redisUserDeleted });
+      this.#announce({ kind: "retire", committedAt: now, memberId, revokedKeys: member.keys.length });
       return { retired: next.retired[memberId]!, redisUserDeleted };
     });
   }
@@ -340,6 +395,16 @@ export class HiveHub {
           credentialExpiresAt: current?.expiresAt,
         };
       });
+  }
+
+  #announce(change: HubModeChange): void {
+    for (const listener of this.#modeListeners) {
+      try {
+        listener(change);
+      } catch (error) {
+        this.#o.log.warn("a hub mode change listener failed; the change stands", { change: change.kind, ...safeErrorFields(error) });
+      }
+    }
   }
 
   async #commit(state: HubState): Promise<void> {

@@ -14,8 +14,11 @@
  * - A member's side (member-files.ts, member-env.ts): the invite, the
  *   downgrade refusal, hive.creds and hive.env.
  * - The grant check against an antoncore checkout (grant-check/).
- *
- * Migration and the scoped bus answer `unimplemented` in this version.
+ * - Account slots (slots/): the hub answers `slots.<swarm>.<hive>` requests
+ *   from the `hub-slots` queue group; members use the SlotClient.
+ * - The hive as a lane participant (hive-lanes*.ts): snapshot requests and
+ *   mode-change events on a lane, with HIVE_LANES_* set.
+ * - The hub's bus (hub-bus.ts): provisioning, event fan-in and migration.
  */
 export { SwarmError, SWARM_TEXTS, noMemberSwarmsError, type SwarmReason } from "./errors.js";
 export { isMemberId, isSwarmName, MAX_SWARM_NAME_BYTES, swarmNameProblem } from "./swarm-names.js";
@@ -64,6 +67,8 @@ export {
   HiveHub,
   MAX_INVITE_SECRET_BYTES,
   type GrantView,
+  type HubModeChange,
+  type HubModeChangeListener,
   type InviteOutcome,
   type MemberCredentialOutcome,
   type MemberListing,
@@ -81,3 +86,25 @@ export { ANTONCORE_FILES, readAntoncoreNats, type AntoncoreNats, type AntoncoreU
 export { parseYamlSubset, YamlSubsetError } from "./grant-check/yaml-subset.js";
 export { NativeKeyPair, type NkeyRole } from "./native-keys.js";
 export * from "./bus/index.js";
+export { HUB_BUS_REFRESH_MS, HUB_FAN_IN_DURABLE, HUB_PAUSE_POINTS, HubBus, type HubBusOptions, type HubBusStatus, type HubMigrationOptions, type HubMigrator } from "./hub-bus.js";
+export {
+  decodeSlotAnswer,
+  encodeSlotRequest,
+  formatSlotId,
+  MAX_SLOT_REQUEST_BYTES,
+  parseSlotId,
+  SLOT_LEASE,
+  SLOT_OPERATIONS,
+  SlotError,
+  type AccountSlot,
+  type SlotAnswer,
+  type SlotId,
+  type SlotOperation,
+  type SlotReason,
+} from "./slots/slot-protocol.js";
+export { DEFAULT_SLOT_POLICY, SLOT_ACCOUNTS_ENV, SLOT_POLICY_LIMITS, slotPolicyFromEnv, SLOTS_PER_HIVE_ENV, type SlotPolicy } from "./slots/slot-policy.js";
+export { SLOT_REQUESTS_SUBJECT, SlotResponder, type SlotResponderOptions } from "./slots/slot-responder.js";
+export { requestSlotRaw, SlotClient, type SlotClientOptions, type TakeSlotOptions } from "./slots/slot-client.js";
+export { HIVE_LANES_ENV, hiveLanesSettingsFromEnv, MAX_SNAPSHOT_PROJECTS, type HiveLanesSettings } from "./hive-lanes-settings.js";
+export { HIVE_SCHEMAS, snapshotEvent, type HubSnapshotState, type MigrationMarkSummary, type SnapshotRequestRef } from "./hive-lanes-events.js";
+export { HiveLanes, hubMigrationMarks, noMigrationMarks, type HiveLanesOptions, type LaneClient, type MigrationMarksReader } from "./hive-lanes.js";

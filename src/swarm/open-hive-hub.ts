@@ -4,9 +4,14 @@
  * (`AGENTIHOOKS_NATS_SIGNER`), the hub state, Redis
  * (`LANEWAY_HIVE_REDIS_URL`), and two NATS connections of its own — the
  * hub's service user in the hive account, and a system account user that
- * pushes hive account updates (revocations, signing keys).
+ * pushes hive account updates (revocations, signing keys). The hub answers
+ * account slot requests (`slots.*.*`, queue group `hub-slots`) on its own
+ * connection from the moment it opens until it closes. Its bus
+ * (hub-bus.ts: provisioning, event fan-in and migration, per
+ * `AGENTIHOOKS_BUS_SCOPED`/`AGENTIHOOKS_BUS_BIND`) runs on that connection too.
  */
 import type { Env } from "../config/index.js";
+import type { PausePoints } from "../fault-injection/pause-points.js";
 import { envValue, Secret } from "../config/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
@@ -14,9 +19,13 @@ import { HiveAccountPublisher } from "./account-claims.js";
 import { SwarmError } from "./errors.js";
 import { HiveHub } from "./hive-hub.js";
 import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
+import { busModeFromEnv } from "./bus/config.js";
+import { HubBus } from "./hub-bus.js";
 import { HubStateFile } from "./hub-store.js";
 import { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
 import { openSignerStore, SIGNER_ENV } from "./signer-store.js";
+import { slotPolicyFromEnv } from "./slots/slot-policy.js";
+import { SlotResponder } from "./slots/slot-responder.js";
 import { isSwarmName } from "./swarm-names.js";
 import { swarmOfStream } from "./stream-names.js";
 
@@ -31,6 +40,10 @@ export interface OpenHiveHubOptions {
   readonly credentialLifetimeMs?: number;
   /** How long opening waits for the hub's NATS connections (default 10 s); later they connect in the background. */
   readonly connectWaitMs?: number;
+  /** Replicas of the hub's slot buckets (the server's `--replicas`; default 1). */
+  readonly replicas?: number;
+  /** Migration pause points (tests only; the swarm binding passes those named in `LANEWAY_PAUSE_AT`); default: none. */
+  readonly pausePoints?: PausePoints;
 }
 
 /** An opened hub and what it holds. */
@@ -41,6 +54,10 @@ export interface OpenedHive {
   readonly hubBroker: BrokerConnection;
   /** The system account connection that pushes account updates. */
   readonly systemBroker: BrokerConnection;
+  /** Answers account slot requests from the `hub-slots` queue group. */
+  readonly slots: SlotResponder;
+  /** Provisioning, event fan-in and migration (hub-bus.ts). */
+  readonly bus: HubBus;
   /** What the signer record is (`file` or `hub`). */
   readonly signerKind: "file" | "hub";
   close(): Promise<void>;
@@ -56,6 +73,9 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
   if (trust === undefined) return undefined;
   const signer = openSignerStore(envValue(options.env, SIGNER_ENV), trust.dir, options.cwd);
   await signer.read();
+  const slotPolicy = slotPolicyFromEnv(options.env);
+  // Bad AGENTIHOOKS_BUS_SCOPED/AGENTIHOOKS_BUS_BIND values are refused before anything opens.
+  busModeFromEnv(options.env);
   const stateFile = new HubStateFile(trust.statePath);
   const state = await stateFile.load();
   const redisUrl = envValue(options.env, REDIS_URL_ENV);
@@ -104,14 +124,36 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
     const unsubscribe = systemBroker.onStateChange((change) => {
       if (change.state === "connected") void sync();
     });
+    const slots = SlotResponder.start({
+      broker: hubBroker,
+      policy: slotPolicy,
+      isMember: (hive) => hub.state.members[hive] !== undefined,
+      log: options.log,
+      ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+    });
+    const bus = await HubBus.open({
+      broker: hubBroker,
+      env: options.env,
+      log: options.log,
+      memberSwarms: async () => [...new Set((await hub.listMembers()).members.flatMap((m) => m.swarms))].sort(),
+      ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
+      ...(options.pausePoints === undefined ? {} : { pausePoints: options.pausePoints }),
+    });
+    hub.useMigrator(bus);
+    const stopBusSync = hub.onModeChange(() => void bus.sync());
     return {
       hub,
       trust,
       hubBroker,
       systemBroker,
+      slots,
+      bus,
       signerKind: signer.kind,
       async close() {
         unsubscribe();
+        stopBusSync();
+        await bus.close();
+        await slots.close();
         await redis?.close();
         await systemBroker.close();
         await hubBroker.close();

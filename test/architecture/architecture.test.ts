@@ -25,7 +25,7 @@ const allowed: Record<string, readonly string[]> = {
   validation: [],
   kmap: ["errors", "log", "encoding", "config", "fault-injection", "validation"],
   lanes: ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation"],
-  swarm: ["errors", "log", "encoding", "config", "nats", "fault-injection"],
+  swarm: ["errors", "log", "encoding", "config", "nats", "fault-injection", "participant"],
   startup: ["config", "lanes", "log"],
   client: ["kmap"],
   server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection"],

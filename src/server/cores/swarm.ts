@@ -1,7 +1,23 @@
+import * as http from "node:http";
+import * as https from "node:https";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { CoreStartupError } from "../../errors/core-error.js";
-import { openHiveHub, SwarmError, type HiveHub, type OpenedHive } from "../../swarm/index.js";
+import {
+  HiveLanes,
+  HUB_PAUSE_POINTS,
+  hiveLanesSettingsFromEnv,
+  hubMigrationMarks,
+  openHiveHub,
+  SwarmError,
+  type HiveHub,
+  type HiveLanesSettings,
+  type LaneClient,
+  type OpenedHive,
+} from "../../swarm/index.js";
 import { implement, type CoreBinding } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
 
@@ -13,10 +29,15 @@ import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-serv
  * its state, and connects to NATS with its own service user in the hive
  * account and a system account user. Without a hive, every call answers
  * `swarm_unavailable` and health reports both services as off.
+ *
+ * The hub answers account slot requests while it is open, and with
+ * HIVE_LANES_* set it joins a lane as a participant (over the generated
+ * client, like any project); it stops claiming as soon as shutdown begins.
  */
 export const swarmBinding: CoreBinding = {
   name: "swarm",
   errors: { domain: "swarm", fallbackReasons: { invalid: "swarm_invalid", unavailable: "swarm_unavailable" } },
+  pausePoints: HUB_PAUSE_POINTS,
   services: [
     { service: HiveHubService, principal: "operator" },
     { service: HiveMemberService, principal: "member" },
@@ -24,8 +45,17 @@ export const swarmBinding: CoreBinding = {
   async open(ctx) {
     const names = [HiveHubService.typeName, HiveMemberService.typeName];
     let opened: OpenedHive | undefined;
+    let lanesSettings: HiveLanesSettings | undefined;
     try {
-      opened = await openHiveHub({ dataDir: ctx.startup.server.dataDir, env: ctx.startup.env, servers: ctx.broker.servers, log: ctx.log });
+      lanesSettings = hiveLanesSettingsFromEnv(ctx.startup.env);
+      opened = await openHiveHub({
+        dataDir: ctx.startup.server.dataDir,
+        env: ctx.startup.env,
+        servers: ctx.broker.servers,
+        pausePoints: ctx.pausePoints,
+        log: ctx.log,
+        replicas: ctx.startup.server.replicas,
+      });
     } catch (error) {
       if (error instanceof SwarmError) {
         const kind = error.reason === "swarm_unavailable" ? "unavailable" : "state_conflict";
@@ -34,6 +64,7 @@ export const swarmBinding: CoreBinding = {
       throw error;
     }
     if (opened === undefined) {
+      if (lanesSettings !== undefined) ctx.log.warn("HIVE_LANES_* are set, but the hive is not initialized: the hive lane adapter is off");
       for (const name of names) ctx.health.set(name, "off");
       const hub = (): HiveHub => {
         throw new SwarmError("swarm_unavailable", "the hive is not initialized on this server: run laneway hive init, then restart laneway serve");
@@ -52,14 +83,44 @@ export const swarmBinding: CoreBinding = {
     const unsubscribe = [hive.hubBroker.onStateChange(refresh), hive.systemBroker.onStateChange(refresh)];
     refresh();
     ctx.log.info("hive hub open", { signer: hive.signerKind });
+    let lanes: { adapter: HiveLanes; close(): void } | undefined;
+    if (lanesSettings !== undefined) {
+      const laneClient = laneClientOf(lanesSettings);
+      const adapter = HiveLanes.start({
+        settings: lanesSettings,
+        client: laneClient.client,
+        hub: hive.hub,
+        readMigrationMarks: hubMigrationMarks(hive.hubBroker),
+        log: ctx.log.child({ component: "hive-lanes" }),
+      });
+      lanes = { adapter, close: laneClient.close };
+      // In-flight claims must not hold up shutdown (the lane may be this server).
+      ctx.drain.addEventListener("abort", () => void adapter.stop(), { once: true });
+    }
     const hub = () => hive.hub;
     return {
       implementations: [implement(HiveHubService, hiveHubServiceImpl(hub)), implement(HiveMemberService, hiveMemberServiceImpl(hub))],
       members: { resolveMember: async (secret) => hive.hub.resolveMember(secret) },
       async close() {
         for (const stop of unsubscribe) stop();
+        if (lanes) {
+          await lanes.adapter.stop();
+          lanes.close();
+        }
         await hive.close();
       },
     };
   },
 };
+
+/** The generated lane client the hive uses as a project: Connect binary over HTTP/1.1 with its bearer token. */
+function laneClientOf(settings: HiveLanesSettings): { client: LaneClient; close(): void } {
+  const agent = settings.address.startsWith("https:") ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+  const authorization = `Bearer ${settings.token.reveal()}`;
+  const bearer: Interceptor = (next) => (request) => {
+    request.header.set("Authorization", authorization);
+    return next(request);
+  };
+  const transport = createConnectTransport({ baseUrl: settings.address, httpVersion: "1.1", useBinaryFormat: true, nodeOptions: { agent }, interceptors: [bearer] });
+  return { client: createClient(LaneService, transport), close: () => agent.destroy() };
+}

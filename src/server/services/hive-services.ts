@@ -1,24 +1,42 @@
 import { create } from "@bufbuild/protobuf";
-import { timestampFromMs } from "@bufbuild/protobuf/wkt";
+import { durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   HiveHubService,
   MemberScopeSchema,
+  MigrationOutcome,
+  MigrationProgressSchema,
   RetiredMemberSchema,
+  type MigrateDeadRequest,
+  type MigrateQueueRequest,
+  type MigrateResponse,
+  type MigrateStateRequest,
+  type MigrationProgress,
+  type QueuePolicy as QueuePolicyMessage,
 } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService, MemberCredentialSchema } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
-import type { HiveHub, MemberCredentialOutcome, MemberListing, RetiredListing } from "../../swarm/index.js";
+import type {
+  HiveHub,
+  HubMigrationOptions,
+  MemberCredentialOutcome,
+  MemberListing,
+  MigrationProgress as CoreProgress,
+  MigrationResult,
+  QueuePolicy,
+  RetiredListing,
+} from "../../swarm/index.js";
 import { principalOf } from "../auth.js";
-import { notBuilt } from "../not-built.js";
 
 /**
  * The hive hub and member services: decode, call the hub, encode. The
  * rules (the signer record, grants, minting, revocation, Redis rotation)
  * are the swarm core's. `hub()` throws `swarm_unavailable` when the hive
- * is not initialized. Migration is not in this version and answers
- * `unimplemented`.
+ * is not initialized. Migrations run on the hub's bus (src/swarm/hub-bus.ts);
+ * its refusals are the bus library's typed errors.
  */
-const migration = "hive migration (the scoped bus and migration of the swarm core)";
+
+/** The shortest gap between two progress messages of Migrate. */
+const PROGRESS_INTERVAL_MS = 250;
 
 export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveHubService> {
   return {
@@ -56,15 +74,105 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
       const outcome = await hub().retire(req.memberId);
       return { retired: retiredMember(outcome.retired), redisUserDeleted: outcome.redisUserDeleted };
     },
-    migrateState() {
-      throw notBuilt("swarm", `MigrateState of ${migration}`);
+    async migrateState(req, ctx) {
+      return { progress: finalProgress(await runMigration(hub(), { case: "state", value: req }, { signal: ctx.signal })) };
     },
-    migrateQueue() {
-      throw notBuilt("swarm", `MigrateQueue of ${migration}`);
+    async migrateQueue(req, ctx) {
+      return { progress: finalProgress(await runMigration(hub(), { case: "queue", value: req }, { signal: ctx.signal })) };
     },
-    migrateDead() {
-      throw notBuilt("swarm", `MigrateDead of ${migration}`);
+    async migrateDead(req, ctx) {
+      return { progress: finalProgress(await runMigration(hub(), { case: "dead", value: req }, { signal: ctx.signal })) };
     },
+    async *migrate(req, ctx) {
+      const migration = req.migration;
+      if (migration.case === undefined) return;
+      // Progress callbacks push into a queue the stream drains; the last message follows the result.
+      const updates: MigrateResponse[] = [];
+      let wake: (() => void) | undefined;
+      let lastSent = 0;
+      let sentFirst = false;
+      const push = (message: MigrateResponse) => {
+        updates.push(message);
+        wake?.();
+      };
+      const onProgress = (p: CoreProgress) => {
+        const now = Date.now();
+        if (sentFirst && now - lastSent < PROGRESS_INTERVAL_MS) return;
+        sentFirst = true;
+        lastSent = now;
+        push(progressMessage(p));
+      };
+      let outcome: { result: MigrationResult } | { error: unknown } | undefined;
+      void runMigration(hub(), migration, { signal: ctx.signal, onProgress }).then(
+        (result) => {
+          outcome = { result };
+          wake?.();
+        },
+        (error: unknown) => {
+          outcome = { error };
+          wake?.();
+        },
+      );
+      for (;;) {
+        while (updates.length > 0) yield updates.shift()!;
+        if (outcome !== undefined) break;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+      while (updates.length > 0) yield updates.shift()!;
+      if ("error" in outcome) throw outcome.error;
+      yield { $typeName: "laneway.swarm.v1.MigrateResponse", progress: finalProgress(outcome.result) };
+    },
+  };
+}
+
+type Migration =
+  | { case: "state"; value: MigrateStateRequest }
+  | { case: "queue"; value: MigrateQueueRequest }
+  | { case: "dead"; value: MigrateDeadRequest };
+
+function runMigration(hub: HiveHub, migration: Migration, options: HubMigrationOptions): Promise<MigrationResult> {
+  const migrator = hub.migrator;
+  switch (migration.case) {
+    case "state":
+      return migrator.migrateState(migration.value.swarm, migration.value.bucket, migration.value.keys, options);
+    case "queue":
+      return migrator.migrateQueue(migration.value.swarm, migration.value.name, queuePolicy(migration.value.policy), options);
+    case "dead":
+      return migrator.migrateDead(migration.value.swarm, options);
+  }
+}
+
+/** The contract's policy: 0 and unset select the defaults. */
+function queuePolicy(policy: QueuePolicyMessage | undefined): QueuePolicy {
+  return {
+    ...(policy !== undefined && policy.maxDeliver > 0 ? { maxDeliver: policy.maxDeliver } : {}),
+    ...(policy?.ackWait !== undefined ? { ackWaitMs: durationMs(policy.ackWait) } : {}),
+  };
+}
+
+const outcomes: Readonly<Record<MigrationResult["outcome"], MigrationOutcome>> = {
+  moved: MigrationOutcome.MOVED,
+  "already-complete": MigrationOutcome.ALREADY_COMPLETE,
+  "nothing-to-move": MigrationOutcome.NOTHING_TO_MOVE,
+};
+
+function finalProgress(result: MigrationResult): MigrationProgress {
+  return create(MigrationProgressSchema, {
+    copied: BigInt(result.copied),
+    skipped: BigInt(result.skipped),
+    total: BigInt(result.total),
+    complete: true,
+    outcome: outcomes[result.outcome],
+    targetStream: result.target,
+    sourceStream: result.source ?? "",
+  });
+}
+
+function progressMessage(p: CoreProgress): MigrateResponse {
+  return {
+    $typeName: "laneway.swarm.v1.MigrateResponse",
+    progress: create(MigrationProgressSchema, { copied: BigInt(p.copied), skipped: BigInt(p.skipped), total: BigInt(p.total) }),
   };
 }
 

@@ -92,6 +92,16 @@ export function busConfigFromEnv(env: Readonly<Record<string, string | undefined
   };
 }
 
+/**
+ * Only the two mode flags, `AGENTIHOOKS_BUS_SCOPED` and
+ * `AGENTIHOOKS_BUS_BIND` (`1`, or `0`/empty/absent): what the hub reads
+ * from its own environment (it connects with its own credential, not with
+ * `AGENTIHOOKS_BUS_URL` and `AGENTIHOOKS_BUS_CREDENTIALS`).
+ */
+export function busModeFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): { readonly scoped: boolean; readonly bind: boolean } {
+  return { scoped: flag(env, HIVE_ENV.busScoped), bind: flag(env, HIVE_ENV.busBind) };
+}
+
 /** Checks a config given as options (the same rules as the variables). */
 export function checkBusConfig(config: BusConfig): BusConfig {
   if (config.backend !== "nats") throw new BusConfigError("the bus backend must be nats");

@@ -13,9 +13,12 @@
  *   and provisioning.
  * - migration.ts, migration-mark.ts: moving legacy data, crash-safely, with
  *   a pending mark members can read.
+ * - fan-in.ts: the hub's durable readers over the legacy and per-swarm
+ *   events streams.
  */
 export {
   busConfigFromEnv,
+  busModeFromEnv,
   checkBusConfig,
   DEFAULT_QUEUE_POLICY,
   isProvisioning,
@@ -57,6 +60,16 @@ export { type DeadLetterOptions } from "./dead-letters.js";
 export { isStateKey, StateBucket, type PutOptions, type StateEntry } from "./state.js";
 export { MAX_MIGRATION_KEYS, MIGRATION_PAUSE_POINTS, type MigrationOptions, type MigrationProgress, type MigrationResult } from "./migration.js";
 export { readMark, type MigrationMark } from "./migration-mark.js";
+export {
+  BusConfiguredConsumerError,
+  EventFanIn,
+  isSwarmEventsStream,
+  LEGACY_ORIGINAL_EVENT_SUBJECT,
+  LEGACY_PREFIXED_EVENT_SUBJECT,
+  type FanInOptions,
+  type FanInSource,
+  type FannedInEvent,
+} from "./fan-in.js";
 export { swarmStreamConfig } from "./streams.js";
 export {
   BUS_HEADERS,

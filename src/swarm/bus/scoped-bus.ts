@@ -25,7 +25,8 @@ import { deadStream, eventsStream, stateStream, swarmStreams, type SwarmStream }
 import { swarmNameProblem } from "../swarm-names.js";
 import { checkBusConfig, DEFAULT_QUEUE_POLICY, isProvisioning, type BusConfig, type QueuePolicy } from "./config.js";
 import { deadLetterFilters, deadLetterHeaders, deadLetterName, type DeadLetterOptions } from "./dead-letters.js";
-import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, MigrationRefusedError } from "./errors.js";
+import { EventFanIn, type FanInOptions } from "./fan-in.js";
+import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, BusResourceMissingError, MigrationRefusedError } from "./errors.js";
 import { publishFirst, PublishPreference, readPage, type Published, type ReadOptions, type ReadPage } from "./events.js";
 import { migrateDead, migrateQueue, migrateState, type MigrationContext, type MigrationOptions, type MigrationResult } from "./migration.js";
 import { refuseWhilePending } from "./migration-mark.js";
@@ -194,6 +195,28 @@ export class Bus {
     return { swarm, streams: out };
   }
 
+  /**
+   * The hub's legacy (all-swarm) streams, selected (underscore names while
+   * present) and, when provisioning, created: the events stream, updated
+   * at once to hold both `swarm.*.execution.>` and `legacy.swarm.>`, and
+   * the dead-letter stream. In bind mode a missing one is `undefined`.
+   */
+  async provisionLegacyStreams(): Promise<{ readonly events: string | undefined; readonly dead: string | undefined }> {
+    const { streams } = this.#core;
+    const events = await streams.legacyEvents().catch((error: unknown) => missingInBind(error, this.provisioning));
+    const dead = this.provisioning ? await streams.legacyDead() : await streams.existingLegacyDead();
+    return { events, dead };
+  }
+
+  /**
+   * The hub's event fan-in (fan-in.ts): durable readers over the legacy
+   * events stream and, scoped, every per-swarm events stream on the
+   * server. Call `refresh()` to start it and to pick up new streams.
+   */
+  openFanIn(options: FanInOptions): EventFanIn {
+    return new EventFanIn({ streams: this.#core.streams, mode: this.#core.mode, provisioning: this.provisioning }, options);
+  }
+
   /** Moves the named keys of legacy `KV_<bucket>` into the swarm's state stream (see migration.ts). */
   migrateState(swarm: string, bucket: string, keys: readonly string[], options: MigrationOptions = {}): Promise<MigrationResult> {
     return migrateState(this.#migration(), swarm, bucket, keys, options);
@@ -321,6 +344,12 @@ async function openState(core: BusCore, busSwarm: string | undefined, bucket: st
   }
   const stream = await streams.legacyKv(bucket);
   return new StateBucket(streams, bucket, stream, `$KV.${bucket}`);
+}
+
+/** A stream a bind-mode bus found missing is `undefined`; anything else is thrown again. */
+function missingInBind(error: unknown, provisioning: boolean): undefined {
+  if (!provisioning && error instanceof BusResourceMissingError) return undefined;
+  throw error;
 }
 
 /**

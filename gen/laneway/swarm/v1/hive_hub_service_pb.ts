@@ -22,8 +22,8 @@
 // `AGENTIHOOKS-<hex>-h-<digest>`, subjects `swarm.<swarm>.…`, and the
 // `AGENTIHOOKS_BUS_*` lines of hive.env.
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_buf_validate_validate } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
 import type { Duration, Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
@@ -34,7 +34,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/swarm/v1/hive_hub_service.proto.
  */
 export const file_laneway_swarm_v1_hive_hub_service: GenFile = /*@__PURE__*/
-  fileDesc("CidsYW5ld2F5L3N3YXJtL3YxL2hpdmVfaHViX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEiwAEKC01lbWJlclNjb3BlEhEKCW1lbWJlcl9pZBgBIAEoCRIOCgZzY29wZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJEg8KB3JlZnVzZWQYBCABKAgSMgoObGFzdF9taW50ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjkKFWNyZWRlbnRpYWxfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiaAoNUmV0aXJlZE1lbWJlchIRCgltZW1iZXJfaWQYASABKAkSLgoKcmV0aXJlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcmV2b2tlZF9rZXlzGAMgASgNIjIKDFNjb3BlUmVxdWVzdBIiCgZzd2FybXMYASADKAlCErpID5IBDBBAGAEiBnIEqIgnASJgCg1TY29wZVJlc3BvbnNlEi4KB21lbWJlcnMYASADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEg8KB2NyZWF0ZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJImwKDUludml0ZVJlcXVlc3QSHAoJbWVtYmVyX2lkGAEgASgJQgm6SAZyBIiIJwESGQoHYnVzX3VybBgCIAEoCUIIukgFcgMogBASIgoGc3dhcm1zGAMgAygJQhK6SA+SAQwQQBgBIgZyBKiIJwEifgoOSW52aXRlUmVzcG9uc2USEQoJbWVtYmVyX2lkGAEgASgJEhUKDWludml0ZV9zZWNyZXQYAiABKAkSDgoGc2NvcGVkGAMgASgIEhIKCmludml0ZV9lbnYYBCADKAkSDgoGc3dhcm1zGAUgAygJEg4KBmxpc3RlZBgGIAEoCCIUChJMaXN0TWVtYmVyc1JlcXVlc3QikAEKE0xpc3RNZW1iZXJzUmVzcG9uc2USFwoPc2NvcGluZ19lbmFibGVkGAEgASgIEi4KB21lbWJlcnMYAiADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEjAKB3JldGlyZWQYAyADKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXIiMgoSUmVuZGVyR3JhbnRSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBIpEBChNSZW5kZXJHcmFudFJlc3BvbnNlEg4KBnNjb3BlZBgBIAEoCBIVCg1wdWJsaXNoX2FsbG93GAIgAygJEhcKD3N1YnNjcmliZV9hbGxvdxgDIAMoCRIUCgxwdWJsaXNoX2RlbnkYBCADKAkSDgoGc3dhcm1zGAUgAygJEhQKDGluYm94X3ByZWZpeBgGIAEoCSIzChNSZXRpcmVNZW1iZXJSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBImQKFFJldGlyZU1lbWJlclJlc3BvbnNlEjAKB3JldGlyZWQYASABKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXISGgoScmVkaXNfdXNlcl9kZWxldGVkGAIgASgIIoIBChNNaWdyYXRlU3RhdGVSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwESKwoGYnVja2V0GAIgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSJAoEa2V5cxgDIAMoCUIWukgTkgEQCAEQgAgYASIHcgUgASiAAiJGChFNaWdyYXRpb25Qcm9ncmVzcxIOCgZjb3BpZWQYASABKAQSDwoHc2tpcHBlZBgCIAEoBBIQCghjb21wbGV0ZRgDIAEoCCJNChRNaWdyYXRlU3RhdGVSZXNwb25zZRI1Cghwcm9ncmVzcxgBIAEoCzIjLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uUHJvZ3Jlc3MiTwoLUXVldWVQb2xpY3kSEwoLbWF4X2RlbGl2ZXIYASABKA0SKwoIYWNrX3dhaXQYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24idgoTTWlncmF0ZVF1ZXVlUmVxdWVzdBIYCgVzd2FybRgBIAEoCUIJukgGcgSoiCcBEhYKBG5hbWUYAiABKAlCCLpIBXIDKIACEi0KBnBvbGljeRgDIAEoCzIdLmxhbmV3YXkuc3dhcm0udjEuUXVldWVQb2xpY3kiTQoUTWlncmF0ZVF1ZXVlUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzIi4KEk1pZ3JhdGVEZWFkUmVxdWVzdBIYCgVzd2FybRgBIAEoCUIJukgGcgSoiCcBIkwKE01pZ3JhdGVEZWFkUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzMvEFCg5IaXZlSHViU2VydmljZRJICgVTY29wZRIeLmxhbmV3YXkuc3dhcm0udjEuU2NvcGVSZXF1ZXN0Gh8ubGFuZXdheS5zd2FybS52MS5TY29wZVJlc3BvbnNlEksKBkludml0ZRIfLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVxdWVzdBogLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVzcG9uc2USXwoLTGlzdE1lbWJlcnMSJC5sYW5ld2F5LnN3YXJtLnYxLkxpc3RNZW1iZXJzUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTGlzdE1lbWJlcnNSZXNwb25zZSIDkAIBEl8KC1JlbmRlckdyYW50EiQubGFuZXdheS5zd2FybS52MS5SZW5kZXJHcmFudFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLlJlbmRlckdyYW50UmVzcG9uc2UiA5ACARJdCgxSZXRpcmVNZW1iZXISJS5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlc3BvbnNlEmIKDE1pZ3JhdGVTdGF0ZRIlLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVxdWVzdBomLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVzcG9uc2UiA5ACAhJiCgxNaWdyYXRlUXVldWUSJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlc3BvbnNlIgOQAgISXwoLTWlncmF0ZURlYWQSJC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZURlYWRSZXNwb25zZSIDkAICYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
+  fileDesc("CidsYW5ld2F5L3N3YXJtL3YxL2hpdmVfaHViX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEiwAEKC01lbWJlclNjb3BlEhEKCW1lbWJlcl9pZBgBIAEoCRIOCgZzY29wZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJEg8KB3JlZnVzZWQYBCABKAgSMgoObGFzdF9taW50ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjkKFWNyZWRlbnRpYWxfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiaAoNUmV0aXJlZE1lbWJlchIRCgltZW1iZXJfaWQYASABKAkSLgoKcmV0aXJlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcmV2b2tlZF9rZXlzGAMgASgNIjIKDFNjb3BlUmVxdWVzdBIiCgZzd2FybXMYASADKAlCErpID5IBDBBAGAEiBnIEqIgnASJgCg1TY29wZVJlc3BvbnNlEi4KB21lbWJlcnMYASADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEg8KB2NyZWF0ZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJImwKDUludml0ZVJlcXVlc3QSHAoJbWVtYmVyX2lkGAEgASgJQgm6SAZyBIiIJwESGQoHYnVzX3VybBgCIAEoCUIIukgFcgMogBASIgoGc3dhcm1zGAMgAygJQhK6SA+SAQwQQBgBIgZyBKiIJwEifgoOSW52aXRlUmVzcG9uc2USEQoJbWVtYmVyX2lkGAEgASgJEhUKDWludml0ZV9zZWNyZXQYAiABKAkSDgoGc2NvcGVkGAMgASgIEhIKCmludml0ZV9lbnYYBCADKAkSDgoGc3dhcm1zGAUgAygJEg4KBmxpc3RlZBgGIAEoCCIUChJMaXN0TWVtYmVyc1JlcXVlc3QikAEKE0xpc3RNZW1iZXJzUmVzcG9uc2USFwoPc2NvcGluZ19lbmFibGVkGAEgASgIEi4KB21lbWJlcnMYAiADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEjAKB3JldGlyZWQYAyADKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXIiMgoSUmVuZGVyR3JhbnRSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBIpEBChNSZW5kZXJHcmFudFJlc3BvbnNlEg4KBnNjb3BlZBgBIAEoCBIVCg1wdWJsaXNoX2FsbG93GAIgAygJEhcKD3N1YnNjcmliZV9hbGxvdxgDIAMoCRIUCgxwdWJsaXNoX2RlbnkYBCADKAkSDgoGc3dhcm1zGAUgAygJEhQKDGluYm94X3ByZWZpeBgGIAEoCSIzChNSZXRpcmVNZW1iZXJSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBImQKFFJldGlyZU1lbWJlclJlc3BvbnNlEjAKB3JldGlyZWQYASABKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXISGgoScmVkaXNfdXNlcl9kZWxldGVkGAIgASgIIoIBChNNaWdyYXRlU3RhdGVSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwESKwoGYnVja2V0GAIgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSJAoEa2V5cxgDIAMoCUIWukgTkgEQCAEQgAgYASIHcgUgASiAAiK4AQoRTWlncmF0aW9uUHJvZ3Jlc3MSDgoGY29waWVkGAEgASgEEg8KB3NraXBwZWQYAiABKAQSEAoIY29tcGxldGUYAyABKAgSDQoFdG90YWwYBCABKAQSMwoHb3V0Y29tZRgFIAEoDjIiLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uT3V0Y29tZRIVCg10YXJnZXRfc3RyZWFtGAYgASgJEhUKDXNvdXJjZV9zdHJlYW0YByABKAkiTQoUTWlncmF0ZVN0YXRlUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzIk8KC1F1ZXVlUG9saWN5EhMKC21heF9kZWxpdmVyGAEgASgNEisKCGFja193YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInYKE01pZ3JhdGVRdWV1ZVJlcXVlc3QSGAoFc3dhcm0YASABKAlCCbpIBnIEqIgnARIWCgRuYW1lGAIgASgJQgi6SAVyAyiAAhItCgZwb2xpY3kYAyABKAsyHS5sYW5ld2F5LnN3YXJtLnYxLlF1ZXVlUG9saWN5Ik0KFE1pZ3JhdGVRdWV1ZVJlc3BvbnNlEjUKCHByb2dyZXNzGAEgASgLMiMubGFuZXdheS5zd2FybS52MS5NaWdyYXRpb25Qcm9ncmVzcyIuChJNaWdyYXRlRGVhZFJlcXVlc3QSGAoFc3dhcm0YASABKAlCCbpIBnIEqIgnASJMChNNaWdyYXRlRGVhZFJlc3BvbnNlEjUKCHByb2dyZXNzGAEgASgLMiMubGFuZXdheS5zd2FybS52MS5NaWdyYXRpb25Qcm9ncmVzcyLKAQoOTWlncmF0ZVJlcXVlc3QSNgoFc3RhdGUYASABKAsyJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVTdGF0ZVJlcXVlc3RIABI2CgVxdWV1ZRgCIAEoCzIlLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVF1ZXVlUmVxdWVzdEgAEjQKBGRlYWQYAyABKAsyJC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVxdWVzdEgAQhIKCW1pZ3JhdGlvbhIFukgCCAEiSAoPTWlncmF0ZVJlc3BvbnNlEjUKCHByb2dyZXNzGAEgASgLMiMubGFuZXdheS5zd2FybS52MS5NaWdyYXRpb25Qcm9ncmVzcyqhAQoQTWlncmF0aW9uT3V0Y29tZRIhCh1NSUdSQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEhsKF01JR1JBVElPTl9PVVRDT01FX01PVkVEEAESJgoiTUlHUkFUSU9OX09VVENPTUVfQUxSRUFEWV9DT01QTEVURRACEiUKIU1JR1JBVElPTl9PVVRDT01FX05PVEhJTkdfVE9fTU9WRRADMsgGCg5IaXZlSHViU2VydmljZRJICgVTY29wZRIeLmxhbmV3YXkuc3dhcm0udjEuU2NvcGVSZXF1ZXN0Gh8ubGFuZXdheS5zd2FybS52MS5TY29wZVJlc3BvbnNlEksKBkludml0ZRIfLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVxdWVzdBogLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVzcG9uc2USXwoLTGlzdE1lbWJlcnMSJC5sYW5ld2F5LnN3YXJtLnYxLkxpc3RNZW1iZXJzUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTGlzdE1lbWJlcnNSZXNwb25zZSIDkAIBEl8KC1JlbmRlckdyYW50EiQubGFuZXdheS5zd2FybS52MS5SZW5kZXJHcmFudFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLlJlbmRlckdyYW50UmVzcG9uc2UiA5ACARJdCgxSZXRpcmVNZW1iZXISJS5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlc3BvbnNlEmIKDE1pZ3JhdGVTdGF0ZRIlLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVxdWVzdBomLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVzcG9uc2UiA5ACAhJiCgxNaWdyYXRlUXVldWUSJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlc3BvbnNlIgOQAgISXwoLTWlncmF0ZURlYWQSJC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZURlYWRSZXNwb25zZSIDkAICElUKB01pZ3JhdGUSIC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVSZXF1ZXN0GiEubGFuZXdheS5zd2FybS52MS5NaWdyYXRlUmVzcG9uc2UiA5ACAjABYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
 
 /**
  * MemberScope is one member's listing in the signer record.
@@ -501,7 +501,8 @@ export const MigrateStateRequestSchema: GenMessage<MigrateStateRequest> = /*@__P
   messageDesc(file_laneway_swarm_v1_hive_hub_service, 12);
 
 /**
- * MigrationProgress counts what one migration call did.
+ * MigrationProgress counts what one migration call did (or has done so far,
+ * in a progress message of Migrate).
  *
  * @generated from message laneway.swarm.v1.MigrationProgress
  */
@@ -521,11 +522,43 @@ export type MigrationProgress = Message<"laneway.swarm.v1.MigrationProgress"> & 
   skipped: bigint;
 
   /**
-   * Whether the pending mark is cleared: the migration is complete.
+   * Whether the pending mark is cleared: the migration is complete (also
+   * true when there was nothing to move).
    *
    * @generated from field: bool complete = 3;
    */
   complete: boolean;
+
+  /**
+   * Messages or revisions to move in all (for a queue: what the legacy queue
+   * held when this call started); `copied + skipped` reaches it at the end.
+   *
+   * @generated from field: uint64 total = 4;
+   */
+  total: bigint;
+
+  /**
+   * How the call ended; unspecified in Migrate's progress messages.
+   *
+   * @generated from field: laneway.swarm.v1.MigrationOutcome outcome = 5;
+   */
+  outcome: MigrationOutcome;
+
+  /**
+   * The swarm's stream copied into, for example
+   * `AGENTIHOOKS-726967-DEAD`. Empty in Migrate's progress messages.
+   *
+   * @generated from field: string target_stream = 6;
+   */
+  targetStream: string;
+
+  /**
+   * The legacy stream copied from (`KV_<bucket>`, `AGENTIHOOKS_DEAD`, the
+   * legacy queue's stream); empty when none exists or in progress messages.
+   *
+   * @generated from field: string source_stream = 7;
+   */
+  sourceStream: string;
 };
 
 /**
@@ -686,6 +719,114 @@ export const MigrateDeadResponseSchema: GenMessage<MigrateDeadResponse> = /*@__P
   messageDesc(file_laneway_swarm_v1_hive_hub_service, 19);
 
 /**
+ * MigrateRequest names one migration to run with streamed progress.
+ *
+ * @generated from message laneway.swarm.v1.MigrateRequest
+ */
+export type MigrateRequest = Message<"laneway.swarm.v1.MigrateRequest"> & {
+  /**
+   * The migration; exactly one is required.
+   *
+   * @generated from oneof laneway.swarm.v1.MigrateRequest.migration
+   */
+  migration: {
+    /**
+     * Move state keys (as MigrateState).
+     *
+     * @generated from field: laneway.swarm.v1.MigrateStateRequest state = 1;
+     */
+    value: MigrateStateRequest;
+    case: "state";
+  } | {
+    /**
+     * Move a legacy lane queue (as MigrateQueue).
+     *
+     * @generated from field: laneway.swarm.v1.MigrateQueueRequest queue = 2;
+     */
+    value: MigrateQueueRequest;
+    case: "queue";
+  } | {
+    /**
+     * Move a swarm's dead letters (as MigrateDead).
+     *
+     * @generated from field: laneway.swarm.v1.MigrateDeadRequest dead = 3;
+     */
+    value: MigrateDeadRequest;
+    case: "dead";
+  } | { case: undefined; value?: undefined };
+};
+
+/**
+ * Describes the message laneway.swarm.v1.MigrateRequest.
+ * Use `create(MigrateRequestSchema)` to create a new message.
+ */
+export const MigrateRequestSchema: GenMessage<MigrateRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 20);
+
+/**
+ * MigrateResponse is one progress message of Migrate.
+ *
+ * @generated from message laneway.swarm.v1.MigrateResponse
+ */
+export type MigrateResponse = Message<"laneway.swarm.v1.MigrateResponse"> & {
+  /**
+   * The counts so far; the last message has `outcome` set and `complete`
+   * true.
+   *
+   * @generated from field: laneway.swarm.v1.MigrationProgress progress = 1;
+   */
+  progress?: MigrationProgress | undefined;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.MigrateResponse.
+ * Use `create(MigrateResponseSchema)` to create a new message.
+ */
+export const MigrateResponseSchema: GenMessage<MigrateResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 21);
+
+/**
+ * MigrationOutcome is how a migration call ended.
+ *
+ * @generated from enum laneway.swarm.v1.MigrationOutcome
+ */
+export enum MigrationOutcome {
+  /**
+   * Not finished yet: a progress message of Migrate.
+   *
+   * @generated from enum value: MIGRATION_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * This call completed the migration and cleared its pending mark.
+   *
+   * @generated from enum value: MIGRATION_OUTCOME_MOVED = 1;
+   */
+  MOVED = 1,
+
+  /**
+   * The migration had completed before; nothing was copied.
+   *
+   * @generated from enum value: MIGRATION_OUTCOME_ALREADY_COMPLETE = 2;
+   */
+  ALREADY_COMPLETE = 2,
+
+  /**
+   * There was no legacy data to move; no pending mark was written.
+   *
+   * @generated from enum value: MIGRATION_OUTCOME_NOTHING_TO_MOVE = 3;
+   */
+  NOTHING_TO_MOVE = 3,
+}
+
+/**
+ * Describes the enum laneway.swarm.v1.MigrationOutcome.
+ */
+export const MigrationOutcomeSchema: GenEnum<MigrationOutcome> = /*@__PURE__*/
+  enumDesc(file_laneway_swarm_v1_hive_hub_service, 0);
+
+/**
  * HiveHubService is the hub operator's API: it shapes member credentials
  * through the signer record and moves retained legacy data into per-swarm
  * streams.
@@ -771,10 +912,20 @@ export const HiveHubService: GenService<{
   /**
    * MigrateState copies every retained revision of the named keys from the
    * legacy `KV_<bucket>` into the swarm's state stream; revision numbers
-   * continue past the legacy high water mark. Safe to repeat. Errors:
-   * `swarm_conflict` with `state migration ownership or source revisions
-   * changed`, a target that already has live writes, or `legacy state changed
-   * during migration`.
+   * continue past the legacy high water mark. The copied revisions are then
+   * purged from the legacy bucket and the pending mark is cleared. Safe to
+   * repeat: a copy already present is skipped, a finished migration answers
+   * `MIGRATION_OUTCOME_ALREADY_COMPLETE`. Quiesce the swarm's legacy writers
+   * first. Errors (each with the specification's text): `swarm_forbidden`
+   * with `migration requires privileged provisioning` (the hub runs with
+   * `AGENTIHOOKS_BUS_BIND=1`); `swarm_conflict` with `scoped migration is
+   * not enabled` (the hub runs without `AGENTIHOOKS_BUS_SCOPED=1`), `state
+   * migration ownership or source revisions changed`, `the scoped state
+   * stream already has live writes`, or `legacy state changed during
+   * migration`; `swarm_invalid` for a bad swarm, bucket or key;
+   * `swarm_unavailable` when the broker cannot be reached (the pending mark
+   * stays; repeat the call). For large copies use Migrate, which streams
+   * progress.
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.MigrateState
    */
@@ -785,10 +936,17 @@ export const HiveHubService: GenService<{
   },
   /**
    * MigrateQueue moves every undelivered message of a legacy lane queue into
-   * the swarm's own queue stream, keeping each one's delivery attempt count.
-   * Safe to repeat. Errors: `swarm_conflict` with `legacy queue changed or
-   * contains work for another swarm` or `legacy queue still has undelivered
-   * work`.
+   * the swarm's own queue stream, keeping each one's delivery attempt count;
+   * each message is removed from the legacy queue only after its copy is
+   * stored. Safe to repeat (a repeat of an interrupted migration first waits
+   * out the legacy consumer's ack wait for work the interrupted run held).
+   * Quiesce the swarm's legacy consumers first. Errors: `swarm_forbidden`
+   * with `migration requires privileged provisioning`; `swarm_conflict` with
+   * `scoped migration is not enabled`, `legacy queue changed or contains
+   * work for another swarm`, or `legacy queue still has undelivered work`;
+   * `swarm_invalid` for a queue name that is not `swarm.<swarm>.ready.<lane>`
+   * of this swarm (`queue '<name>' does not belong to swarm '<swarm>'`);
+   * `swarm_unavailable` when the broker cannot be reached.
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.MigrateQueue
    */
@@ -798,9 +956,14 @@ export const HiveHubService: GenService<{
     output: typeof MigrateQueueResponseSchema;
   },
   /**
-   * MigrateDead copies every letter of a swarm from `AGENTIHOOKS_DEAD` into
-   * the swarm's own dead letter stream. Safe to repeat. Errors:
-   * `swarm_conflict` when a retained copy differs from its source.
+   * MigrateDead copies every letter of a swarm (`dead.<swarm>`) from
+   * `AGENTIHOOKS_DEAD` (or `AGENTIHOOKS-DEAD`) into the swarm's own dead
+   * letter stream, then purges the copied letters from the legacy stream.
+   * Safe to repeat. Errors: `swarm_forbidden` with `migration requires
+   * privileged provisioning`; `swarm_conflict` with `scoped migration is not
+   * enabled`, or when a retained copy differs from its source (`a retained
+   * dead letter copy differs from its source (legacy sequence <n>)`);
+   * `swarm_unavailable` when the broker cannot be reached.
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.MigrateDead
    */
@@ -808,6 +971,23 @@ export const HiveHubService: GenService<{
     methodKind: "unary";
     input: typeof MigrateDeadRequestSchema;
     output: typeof MigrateDeadResponseSchema;
+  },
+  /**
+   * Migrate runs one of the three migrations (the same behaviour, refusals
+   * and errors as MigrateState, MigrateQueue and MigrateDead) and streams
+   * its progress: a first message once the copy starts, then at most about
+   * four messages a second while it copies, and a last message with
+   * `outcome` set (and `complete` true) when it finished. A failure ends the
+   * stream with the error instead of a last message. Cancelling the call
+   * stops the copy at the next message boundary: nothing is lost or copied
+   * twice, the pending mark stays, and a repeat resumes.
+   *
+   * @generated from rpc laneway.swarm.v1.HiveHubService.Migrate
+   */
+  migrate: {
+    methodKind: "server_streaming";
+    input: typeof MigrateRequestSchema;
+    output: typeof MigrateResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_laneway_swarm_v1_hive_hub_service, 0);

@@ -1,0 +1,280 @@
+/**
+ * The hub's bus: provisioning, event fan-in and migration, on the hub's own
+ * NATS connection (its service user in the hive account).
+ *
+ * Mode, from the server's environment (busModeFromEnv):
+ *
+ * | `AGENTIHOOKS_BUS_SCOPED` | `AGENTIHOOKS_BUS_BIND` | the hub |
+ * | --- | --- | --- |
+ * | `1` | unset | creates each swarm's events, dead-letter, lane queue and state streams (every swarm in member_swarms at start and on every scope change, and any swarm an event names before that event is handled); updates the legacy events stream to `swarm.*.execution.>` and `legacy.swarm.>`; fans in the legacy stream and every `AGENTIHOOKS-<hex>-EVENTS` stream on the server |
+ * | `1` | `1` | binds what exists (creates nothing) and fans in the existing streams |
+ * | unset | any | legacy streams only: with `AGENTIHOOKS_BUS=nats` it selects (and, not bind, creates or updates) the legacy events and dead-letter streams and fans in the legacy events stream; without it the hub touches no stream |
+ *
+ * Migration (MigrateState/Queue/Dead) always goes through this bus, so its
+ * refusals are the library's: `migration requires privileged provisioning`
+ * in bind mode, `scoped migration is not enabled` without scoping.
+ *
+ * What the hub does with a fanned-in event: before acknowledging it, it
+ * makes sure the swarm the event names has its streams (scoped and
+ * provisioning only; a swarm whose legacy state still holds entries keeps
+ * using it: the refusal `legacy state requires explicit key ownership` is
+ * logged once, and the event is handled); it then counts the event per
+ * swarm and logs it at debug (source stream, sequence, logical subject —
+ * never the payload). A broker failure while provisioning leaves the event
+ * unacknowledged: it is handed out again later.
+ *
+ * Nothing here blocks the hub from opening: provisioning and fan-in start
+ * in the background and retry every `refreshIntervalMs` while the broker
+ * is unreachable.
+ */
+import type { Env } from "../config/index.js";
+import { envValue } from "../config/index.js";
+import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
+import { safeErrorFields, type Logger } from "../log/logger.js";
+import type { BrokerConnection } from "../nats/index.js";
+import { busModeFromEnv, type QueuePolicy } from "./bus/config.js";
+import { BUS_TEXTS, MigrationRefusedError } from "./bus/errors.js";
+import type { EventFanIn, FanInSource, FannedInEvent } from "./bus/fan-in.js";
+import { MIGRATION_PAUSE_POINTS, type MigrationProgress, type MigrationResult } from "./bus/migration.js";
+import { openBus, type Bus } from "./bus/scoped-bus.js";
+import { SwarmError } from "./errors.js";
+import { HIVE_ENV } from "./member-env.js";
+import { isSwarmName } from "./swarm-names.js";
+
+/** The pause points of the hub's migrations (`LANEWAY_PAUSE_AT`, tests only). */
+export const HUB_PAUSE_POINTS = MIGRATION_PAUSE_POINTS;
+
+/** The hub's durable consumer on every events stream it fans in (`laneway-hub-legacy` beside it on the legacy stream). */
+export const HUB_FAN_IN_DURABLE = "laneway-hub";
+
+/** How often the hub looks for new events streams and retries what failed. */
+export const HUB_BUS_REFRESH_MS = 30_000;
+
+export interface HubBusOptions {
+  /** The hub's own connection (hive account service user). */
+  readonly broker: BrokerConnection;
+  readonly env: Env;
+  readonly log: Logger;
+  /** The swarms member_swarms lists now (read at start and on every refresh). */
+  readonly memberSwarms: () => Promise<readonly string[]>;
+  /** Replicas of the streams the hub creates (default 1). */
+  readonly replicas?: number;
+  /** Migration pause points (tests only; `laneway serve` passes those of `LANEWAY_PAUSE_AT`); default: none. */
+  readonly pausePoints?: PausePoints;
+  readonly refreshIntervalMs?: number;
+}
+
+/** Options of one migration call. */
+export interface HubMigrationOptions {
+  readonly onProgress?: (progress: MigrationProgress) => void | Promise<void>;
+  /** Aborting stops the copy at the next message boundary (the pending mark stays; a repeat resumes). */
+  readonly signal?: AbortSignal;
+}
+
+/** What the hub's operator RPCs use. */
+export interface HubMigrator {
+  migrateState(swarm: string, bucket: string, keys: readonly string[], options?: HubMigrationOptions): Promise<MigrationResult>;
+  migrateQueue(swarm: string, name: string, policy: QueuePolicy, options?: HubMigrationOptions): Promise<MigrationResult>;
+  migrateDead(swarm: string, options?: HubMigrationOptions): Promise<MigrationResult>;
+}
+
+/** The hub's view of its bus, for logs and tests. */
+export interface HubBusStatus {
+  readonly scoped: boolean;
+  readonly bind: boolean;
+  /** Whether the hub provisions and fans in (see the table above). */
+  readonly active: boolean;
+  /** Swarms whose streams the hub ensured. */
+  readonly provisioned: readonly string[];
+  /** Events handled per swarm (`""`: events naming no swarm). */
+  readonly handled: Readonly<Record<string, number>>;
+  readonly sources: readonly FanInSource[];
+}
+
+export class HubBus implements HubMigrator {
+  readonly #o: HubBusOptions;
+  readonly #bus: Bus;
+  readonly #active: boolean;
+  readonly #pause: PausePoints;
+  readonly #provisioned = new Map<string, Promise<void>>();
+  readonly #handled = new Map<string, number>();
+  readonly #refusalsLogged = new Set<string>();
+  #fanIn: EventFanIn | undefined;
+  #timer: NodeJS.Timeout | undefined;
+  #stopWatchingBroker: (() => void) | undefined;
+  #syncing: Promise<void> | undefined;
+  #closed = false;
+
+  private constructor(options: HubBusOptions, bus: Bus, active: boolean) {
+    this.#o = options;
+    this.#bus = bus;
+    this.#active = active;
+    this.#pause = options.pausePoints ?? noPausePoints;
+  }
+
+  /**
+   * Opens the hub's bus on its connection (no round trip) and, when
+   * active, starts provisioning and fan-in in the background. Refuses
+   * invalid `AGENTIHOOKS_BUS_SCOPED`/`AGENTIHOOKS_BUS_BIND` values.
+   */
+  static async open(options: HubBusOptions): Promise<HubBus> {
+    const mode = busModeFromEnv(options.env);
+    const active = mode.scoped || envValue(options.env, HIVE_ENV.bus) !== undefined;
+    // The URL is not used: the bus runs on the hub's connection.
+    const bus = await openBus(
+      { backend: "nats", url: options.broker.servers[0] ?? "nats://127.0.0.1:4222", scoped: mode.scoped, bind: mode.bind, replicas: options.replicas ?? 1 },
+      { connection: options.broker },
+    );
+    const hubBus = new HubBus(options, bus, active);
+    if (active) {
+      options.log.info("hub bus open", { scoped: mode.scoped, bind: mode.bind });
+      hubBus.#fanIn = bus.openFanIn({
+        durable: HUB_FAN_IN_DURABLE,
+        handle: (event) => hubBus.#handle(event),
+        onProblem: (source, error) => options.log.warn("the hub cannot read an events stream", { stream: source, reason: reasonOf(error), problem: error.message }),
+      });
+      hubBus.sync();
+      hubBus.#timer = setInterval(() => hubBus.sync(), options.refreshIntervalMs ?? HUB_BUS_REFRESH_MS);
+      hubBus.#timer.unref();
+      // A server that comes back (or comes late) is provisioned at once rather than at the next refresh.
+      hubBus.#stopWatchingBroker = options.broker.onStateChange((change) => {
+        if (change.state === "connected") void hubBus.sync();
+      });
+    }
+    return hubBus;
+  }
+
+  /** The bus itself. */
+  get bus(): Bus {
+    return this.#bus;
+  }
+
+  status(): HubBusStatus {
+    return {
+      scoped: this.#bus.scoped,
+      bind: this.#bus.bind,
+      active: this.#active,
+      provisioned: [...this.#provisioned.keys()].sort(),
+      handled: Object.fromEntries([...this.#handled].sort(([a], [b]) => a.localeCompare(b))),
+      sources: this.#fanIn?.sources() ?? [],
+    };
+  }
+
+  /**
+   * Provisions the legacy streams and every member swarm, then refreshes
+   * the fan-in (new events streams). Runs in the background; concurrent
+   * calls share a run. Resolves when the run ends (failures are logged).
+   */
+  sync(): Promise<void> {
+    if (!this.#active || this.#closed) return Promise.resolve();
+    this.#syncing ??= this.#sync().finally(() => (this.#syncing = undefined));
+    return this.#syncing;
+  }
+
+  /** Ensures `swarm`'s streams (scoped, provisioning); remembered once it succeeded. */
+  ensureSwarm(swarm: string): Promise<void> {
+    if (!this.#bus.scoped || !this.#bus.provisioning || !isSwarmName(swarm)) return Promise.resolve();
+    let pending = this.#provisioned.get(swarm);
+    if (pending === undefined) {
+      pending = this.#provision(swarm);
+      this.#provisioned.set(swarm, pending);
+      pending.catch(() => {
+        if (this.#provisioned.get(swarm) === pending) this.#provisioned.delete(swarm);
+      });
+    }
+    return pending;
+  }
+
+  migrateState(swarm: string, bucket: string, keys: readonly string[], options: HubMigrationOptions = {}): Promise<MigrationResult> {
+    return this.#migrate("state", swarm, () => this.#bus.migrateState(swarm, bucket, keys, this.#migrationOptions(options)));
+  }
+
+  migrateQueue(swarm: string, name: string, policy: QueuePolicy, options: HubMigrationOptions = {}): Promise<MigrationResult> {
+    return this.#migrate("queue", swarm, () => this.#bus.migrateQueue(swarm, name, policy, this.#migrationOptions(options)));
+  }
+
+  migrateDead(swarm: string, options: HubMigrationOptions = {}): Promise<MigrationResult> {
+    return this.#migrate("dead", swarm, () => this.#bus.migrateDead(swarm, this.#migrationOptions(options)));
+  }
+
+  /** Stops the fan-in (events being handled finish first); the connection is the hub's and stays open. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    this.#stopWatchingBroker?.();
+    await this.#syncing?.catch(() => undefined);
+    await this.#fanIn?.close();
+    await this.#bus.close();
+  }
+
+  async #sync(): Promise<void> {
+    try {
+      if (this.#bus.provisioning || this.#bus.scoped) await this.#bus.provisionLegacyStreams();
+      if (this.#bus.scoped && this.#bus.provisioning) {
+        for (const swarm of await this.#o.memberSwarms()) {
+          if (this.#closed) return;
+          await this.ensureSwarm(swarm);
+        }
+      }
+      await this.#fanIn?.refresh();
+    } catch (error) {
+      if (this.#closed) return;
+      this.#o.log.warn("the hub's bus is not fully provisioned yet; it retries", { reason: reasonOf(error), ...safeErrorFields(error) });
+    }
+  }
+
+  async #provision(swarm: string): Promise<void> {
+    try {
+      const provisioned = await this.#bus.provisionSwarm(swarm);
+      this.#o.log.info("swarm streams provisioned", { swarm, streams: provisioned.streams.length });
+    } catch (error) {
+      // Everything else was created; the legacy bucket keeps serving until its keys are migrated.
+      if (error instanceof MigrationRefusedError && error.message === BUS_TEXTS.legacyStateOwnership) {
+        if (!this.#refusalsLogged.has(swarm)) {
+          this.#refusalsLogged.add(swarm);
+          this.#o.log.warn("a swarm's state stream was not created over legacy state", { swarm, problem: error.message });
+        }
+        return;
+      }
+      throw error;
+    }
+    // A new events stream: read it now rather than at the next refresh.
+    if (!this.#closed) void this.#fanIn?.refresh().catch(() => undefined);
+  }
+
+  async #handle(event: FannedInEvent): Promise<void> {
+    if (event.swarm !== undefined) await this.ensureSwarm(event.swarm);
+    const key = event.swarm ?? "";
+    this.#handled.set(key, (this.#handled.get(key) ?? 0) + 1);
+    this.#o.log.debug("hub event fanned in", { stream: event.source, seq: event.seq, subject: event.subject, swarm: key, deliveries: event.deliveryCount });
+  }
+
+  #migrationOptions(options: HubMigrationOptions) {
+    const { signal, onProgress } = options;
+    return {
+      pausePoints: this.#pause,
+      onProgress: async (progress: MigrationProgress) => {
+        if (signal?.aborted) throw new SwarmError("swarm_unavailable", "the migration was stopped because its call ended; repeat it to resume");
+        await onProgress?.(progress);
+      },
+    };
+  }
+
+  async #migrate(kind: "state" | "queue" | "dead", swarm: string, run: () => Promise<MigrationResult>): Promise<MigrationResult> {
+    this.#o.log.info("migration started", { kind, swarm });
+    try {
+      const result = await run();
+      this.#o.log.info("migration finished", { kind, swarm, outcome: result.outcome, copied: result.copied, skipped: result.skipped, total: result.total });
+      // A migration creates the target streams; the fan-in picks up a new events stream.
+      if (this.#active && !this.#closed) void this.#fanIn?.refresh().catch(() => undefined);
+      return result;
+    } catch (error) {
+      this.#o.log.warn("migration stopped", { kind, swarm, reason: reasonOf(error), problem: error instanceof SwarmError ? error.message : undefined });
+      throw error;
+    }
+  }
+}
+
+function reasonOf(error: unknown): string {
+  return error instanceof SwarmError ? error.reason : "internal";
+}
