@@ -44,6 +44,14 @@ import { isSwarmName } from "./swarm-names.js";
 /** The pause points of the hub's migrations (`LANEWAY_PAUSE_AT`, tests only). */
 export const HUB_PAUSE_POINTS = MIGRATION_PAUSE_POINTS;
 
+/**
+ * The most swarms the hub provisions for, counting member_swarms and the
+ * swarms events name. An unscoped publisher may name any swarm in an event
+ * subject; past this bound such an event is still handled, its swarm gets
+ * no streams, and one warning is logged. The per-swarm event counts have the same bound (then `(other)`).
+ */
+export const MAX_PROVISIONED_SWARMS = 4096;
+
 /** The hub's durable consumer on every events stream it fans in (`laneway-hub-legacy` beside it on the legacy stream). */
 export const HUB_FAN_IN_DURABLE = "laneway-hub";
 
@@ -62,6 +70,8 @@ export interface HubBusOptions {
   /** Migration pause points (tests only; `laneway serve` passes those of `LANEWAY_PAUSE_AT`); default: none. */
   readonly pausePoints?: PausePoints;
   readonly refreshIntervalMs?: number;
+  /** The bound on provisioned swarms and per-swarm counts (default MAX_PROVISIONED_SWARMS). */
+  readonly maxSwarms?: number;
 }
 
 /** Options of one migration call. */
@@ -98,6 +108,8 @@ export class HubBus implements HubMigrator {
   readonly #pause: PausePoints;
   readonly #provisioned = new Map<string, Promise<void>>();
   readonly #handled = new Map<string, number>();
+  #capLogged = false;
+  readonly #maxSwarms: number;
   readonly #refusalsLogged = new Set<string>();
   #fanIn: EventFanIn | undefined;
   #timer: NodeJS.Timeout | undefined;
@@ -110,6 +122,7 @@ export class HubBus implements HubMigrator {
     this.#bus = bus;
     this.#active = active;
     this.#pause = options.pausePoints ?? noPausePoints;
+    this.#maxSwarms = options.maxSwarms ?? MAX_PROVISIONED_SWARMS;
   }
 
   /**
@@ -176,6 +189,11 @@ export class HubBus implements HubMigrator {
     if (!this.#bus.scoped || !this.#bus.provisioning || !isSwarmName(swarm)) return Promise.resolve();
     let pending = this.#provisioned.get(swarm);
     if (pending === undefined) {
+      if (this.#provisioned.size >= this.#maxSwarms) {
+        if (!this.#capLogged) this.#o.log.warn("the hub provisions no more swarms: the bound is reached", { bound: this.#maxSwarms });
+        this.#capLogged = true;
+        return Promise.resolve();
+      }
       pending = this.#provision(swarm);
       this.#provisioned.set(swarm, pending);
       pending.catch(() => {
@@ -244,7 +262,9 @@ export class HubBus implements HubMigrator {
 
   async #handle(event: FannedInEvent): Promise<void> {
     if (event.swarm !== undefined) await this.ensureSwarm(event.swarm);
-    const key = event.swarm ?? "";
+    const named = event.swarm ?? "";
+    // Counted per swarm up to the bound, then together (the map stays bounded).
+    const key = this.#handled.has(named) || this.#handled.size < this.#maxSwarms ? named : "(other)";
     this.#handled.set(key, (this.#handled.get(key) ?? 0) + 1);
     this.#o.log.debug("hub event fanned in", { stream: event.source, seq: event.seq, subject: event.subject, swarm: key, deliveries: event.deliveryCount });
   }

@@ -2,7 +2,9 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { AckPolicy } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { eventsStream, GLOBAL_STREAMS, stateStream, swarmStreams, SWARM_STATE_BUCKETS } from "../../src/swarm/index.js";
+import { createLogger } from "../../src/log/logger.js";
+import { BrokerConnection } from "../../src/nats/index.js";
+import { eventsStream, GLOBAL_STREAMS, HubBus, stateStream, swarmStreams, SWARM_STATE_BUCKETS } from "../../src/swarm/index.js";
 import type { InProcessLaneway } from "../helpers/laneway.js";
 import { waitFor } from "../helpers/wait-for.js";
 import { startHubHive, type HubHive } from "./bus/hub-fixture.js";
@@ -160,5 +162,32 @@ describe("the hub's bus", () => {
     const { js } = await hive.admin();
     await js.publish("swarm.epsilon.events.execution.started", JSON.stringify({ swarm: "epsilon" }));
     await waitFor(() => fannedIn().find((l) => l.swarm === "epsilon"), { what: "epsilon's event" });
+  });
+
+  test("the swarms events may name are bounded: past the bound an event is handled, its swarm gets no streams, and one warning is logged", async () => {
+    const logs: string[] = [];
+    const broker = await BrokerConnection.open({ servers: [hive.nats.url], credentialsFile: hive.trust.credsPaths.hub, name: "bound-test" });
+    const hubBus = await HubBus.open({
+      broker,
+      env: { AGENTIHOOKS_BUS_SCOPED: "1" },
+      log: createLogger({ level: "debug", write: (line) => logs.push(line) }),
+      memberSwarms: async () => [],
+      maxSwarms: 2,
+    });
+    try {
+      await hubBus.ensureSwarm("bound-one");
+      await hubBus.ensureSwarm("bound-two");
+      await hubBus.ensureSwarm("bound-three");
+      await hubBus.ensureSwarm("bound-four");
+      expect(hubBus.status().provisioned).toEqual(["bound-one", "bound-two"]);
+      expect(await streamExists(eventsStream("bound-two").name)).toBe(true);
+      expect(await streamExists(eventsStream("bound-three").name)).toBe(false);
+      const warnings = logs.filter((line) => line.includes("the hub provisions no more swarms"));
+      expect(warnings).toHaveLength(1);
+      expect(JSON.parse(warnings[0]!)).toMatchObject({ level: "warn", bound: 2 });
+    } finally {
+      await hubBus.close();
+      await broker.close();
+    }
   });
 });
