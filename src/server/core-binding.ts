@@ -101,6 +101,11 @@ export interface OpenCore {
   readonly projectTokens?: ReadonlyMap<string, Secret>;
   /** Resolves invite secrets of hive members (the swarm core). */
   readonly members?: MemberSecretResolver;
+  /**
+   * Called once the listener accepts calls: work that may call this very
+   * server (the hive's lane participant, for one) starts here, not in `open`.
+   */
+  listening?(): void;
   /** Releases everything the core holds; called once, after in-flight calls ended. */
   close(): Promise<void>;
 }

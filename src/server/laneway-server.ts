@@ -284,6 +284,7 @@ export class LanewayServer {
       const listener = new DualProtocolListener(handler, { ...server.wire, maxConnections });
       const address = await listener.listen(server.listen.host, server.listen.port);
       const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
+      for (const { core } of cores) core.listening?.();
       return new LanewayServer({
         url: `http://${host}:${address.port}`,
         port: address.port,

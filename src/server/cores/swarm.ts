@@ -32,7 +32,8 @@ import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-serv
  *
  * The hub answers account slot requests while it is open, and with
  * HIVE_LANES_* set it joins a lane as a participant (over the generated
- * client, like any project); it stops claiming as soon as shutdown begins.
+ * client, like any project) once the server listens; it stops claiming as
+ * soon as shutdown begins.
  */
 export const swarmBinding: CoreBinding = {
   name: "swarm",
@@ -84,10 +85,12 @@ export const swarmBinding: CoreBinding = {
     refresh();
     ctx.log.info("hive hub open", { signer: hive.signerKind });
     let lanes: { adapter: HiveLanes; close(): void } | undefined;
-    if (lanesSettings !== undefined) {
-      const laneClient = laneClientOf(lanesSettings);
+    // The lane may be served by this very server: claim once it listens.
+    const startLanes = (settings: HiveLanesSettings) => {
+      if (ctx.drain.aborted) return;
+      const laneClient = laneClientOf(settings);
       const adapter = HiveLanes.start({
-        settings: lanesSettings,
+        settings,
         client: laneClient.client,
         hub: hive.hub,
         readMigrationMarks: hubMigrationMarks(hive.hubBroker),
@@ -96,11 +99,14 @@ export const swarmBinding: CoreBinding = {
       lanes = { adapter, close: laneClient.close };
       // In-flight claims must not hold up shutdown (the lane may be this server).
       ctx.drain.addEventListener("abort", () => void adapter.stop(), { once: true });
-    }
+    };
     const hub = () => hive.hub;
     return {
       implementations: [implement(HiveHubService, hiveHubServiceImpl(hub)), implement(HiveMemberService, hiveMemberServiceImpl(hub))],
       members: { resolveMember: async (secret) => hive.hub.resolveMember(secret) },
+      listening() {
+        if (lanesSettings !== undefined) startLanes(lanesSettings);
+      },
       async close() {
         for (const stop of unsubscribe) stop();
         if (lanes) {
