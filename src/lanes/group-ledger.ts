@@ -306,7 +306,8 @@ export class LedgerDraft {
     const fresh = candidates.fresh.filter((s) => s > this.cursor);
     let freshIndex = 0;
     // Unclaimed work after the cursor has left retention: explicit, until recovered.
-    if (candidates.firstRetained > 0 && this.cursor + 1 < candidates.firstRetained && this.cursor < candidates.lastSequence) {
+    // (A lane whose records all expired retains nothing: first retained 0.)
+    if (this.cursor < candidates.lastSequence && (candidates.firstRetained === 0 || this.cursor + 1 < candidates.firstRetained)) {
       throw new LaneError(
         "lane_cursor",
         `records after cursor ${this.cursor} of this group left retention before they were claimed (the first retained is ${candidates.firstRetained}): inspect the group and recover the gap`,

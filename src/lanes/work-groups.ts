@@ -355,7 +355,7 @@ class GroupActor {
       const draft = new LedgerDraft(state.ledger, bounds, this.now());
       if (grownTo > 0) draft.growTo(grownTo);
       const range = needsRange ? await this.#range(signal) : undefined;
-      const candidates = claims.length > 0 ? await this.#candidates(draft, wanted, range!, signal) : undefined;
+      const candidates = claims.length > 0 ? await this.#candidates(draft, wanted, range!, settlements(batch), signal) : undefined;
       const outcomes: (() => void)[] = [];
       const leasedBy = new Map<Operation, number>();
       let shortfall = 0;
@@ -430,7 +430,18 @@ class GroupActor {
     switch (op.kind) {
       case "claim": {
         const { leased, needsSlot } = draft.claim(op.project, op.max, candidates!);
-        claimed(leased.length, needsSlot ? op.max - leased.length : 0);
+        // A claim that leased nothing because the group holds max_pending live leases is capacity (429), not "no work".
+        if (leased.length === 0 && draft.liveLeases() >= this.namespace.config.bounds.maxPending) {
+          throw new LaneError(
+            "lane_capacity",
+            `group ${this.group} of lane ${this.lane} holds max_pending (${this.namespace.config.bounds.maxPending}) live leases: ack or nack work, or wait for leases to end`,
+          );
+        }
+        // Fresh work that needed a slot asks for one even when a retry took
+        // this claim's turn instead (the retry turn is committed first), or
+        // the group could never grow while a rejected item stays ready, and
+        // it would starve fresh work.
+        claimed(leased.length, needsSlot ? Math.max(1, op.max - leased.length) : 0);
         const deliveries = leased.map((l) => this.#delivery(l));
         return () => op.settle.resolve(deliveries);
       }
@@ -484,13 +495,19 @@ class GroupActor {
    * `wanted` records, scanning at most 512), and the records of eligible
    * retries.
    */
-  async #candidates(draft: LedgerDraft, wanted: number, range: { firstRetained: number; last: number }, signal?: AbortSignal): Promise<ClaimCandidates> {
+  async #candidates(
+    draft: LedgerDraft,
+    wanted: number,
+    range: { firstRetained: number; last: number },
+    settling: number,
+    signal?: AbortSignal,
+  ): Promise<ClaimCandidates> {
     const stream = this.namespace.streams.get(this.lane)!;
     const { firstRetained, last } = range;
     const fresh: number[] = [];
     let examinedThrough = draft.cursor;
     const start = Math.max(draft.cursor + 1, firstRetained || 1);
-    if (start <= last && (firstRetained === 0 || draft.cursor + 1 >= firstRetained)) {
+    if (start <= last && firstRetained > 0 && draft.cursor + 1 >= firstRetained) {
       const count = Math.min(SCAN_LIMIT, last - start + 1);
       const records = await this.store.readFrom(stream, start, count, signal);
       let expected = start;
@@ -517,12 +534,21 @@ class GroupActor {
     const eligible = draft.eligibleRetries().sort((x, y) => x.s - y.s);
     const pivot = eligible.findIndex((d) => d.s > draft.rotation);
     const rotated = pivot <= 0 ? eligible : [...eligible.slice(pivot), ...eligible.slice(0, pivot)];
-    for (const delivery of rotated.slice(0, Math.max(wanted, 1))) {
-      if (this.#records.has(delivery.s)) {
+    // Operations applied before the claims in this batch (a nack of an
+    // expired lease, an ack, a retirement) can each make one of these
+    // ineligible, moving the claims further along the rotation.
+    for (const delivery of rotated.slice(0, Math.max(wanted, 1) + settling)) {
+      // Records leave only by age, from the front: below the first retained
+      // sequence a record is gone, even when this process still remembers it.
+      if (firstRetained === 0 || delivery.s < firstRetained) continue;
+      const cached = this.#records.get(delivery.s);
+      if (cached !== undefined) {
+        // Refreshed, so that remembering the records read below cannot evict it before it is leased.
+        this.#remember(delivery.s, cached);
         retained.add(delivery.s);
         continue;
       }
-      const record = firstRetained > 0 && delivery.s >= firstRetained ? await this.store.bySequence(stream, delivery.s, signal) : undefined;
+      const record = await this.store.bySequence(stream, delivery.s, signal);
       const envelope = record ? decodeEnvelope(record.data) : undefined;
       if (envelope !== undefined) {
         this.#remember(delivery.s, envelope);
@@ -533,6 +559,8 @@ class GroupActor {
   }
 
   #remember(sequence: number, envelope: Envelope): void {
+    // The map's order is its recency: the oldest entry is evicted first.
+    this.#records.delete(sequence);
     this.#records.set(sequence, envelope);
     if (this.#records.size > 4_096) {
       const oldest = this.#records.keys().next().value;
@@ -570,6 +598,16 @@ class GroupActor {
       })),
     };
   }
+}
+
+/** How many deliveries the batch's receipt operations and recoveries name. */
+function settlements(batch: readonly Operation[]): number {
+  let n = 0;
+  for (const op of batch) {
+    if (op.kind === "renew" || op.kind === "ack" || op.kind === "nack") n += op.items.length;
+    else if (op.kind === "recover") n += op.request.expired.length + op.request.missing.length;
+  }
+  return n;
 }
 
 function settleUninitialized(op: Operation): void {

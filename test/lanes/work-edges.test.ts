@@ -1,0 +1,141 @@
+import { Code } from "@connectrpc/connect";
+import { afterAll, beforeAll, expect, test } from "vitest";
+import { LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
+import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
+import { waitFor } from "../helpers/wait-for.js";
+import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
+import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, receiptOf } from "../helpers/work.js";
+
+/**
+ * Groups at the edges of their state:
+ *
+ * - a group that never claimed has no ledger: inspection shows revision 0
+ *   and 0 slots; receipts are stale there, a recovery has nothing to
+ *   recover, and none of this creates the ledger;
+ * - a ledger written in another state format (an incompatible older
+ *   writer) is refused with lane_conflict, by every operation, and left as
+ *   it is; a ledger that is not readable at all is lane_unavailable;
+ * - a claim that finds only events after the cursor moves the cursor past
+ *   them, so that events leaving retention (2 s here) are no gap of this
+ *   group: no lane_cursor for records that were never work.
+ */
+
+const config = {
+  namespace: "edges",
+  principals: [
+    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
+    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
+  ],
+  lanes: [
+    { id: "fresh", owner: "atlas", publishers: ["atlas"], groups: { idle: ["beacon"] }, recoverers: { idle: ["beacon"] } },
+    { id: "older", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] }, recoverers: { g: ["beacon"] } },
+    { id: "garbled", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } },
+  ],
+  lease: "30s",
+};
+
+const shortConfig = {
+  ...config,
+  namespace: "edges-short",
+  lanes: [{ id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } }],
+  retention: "2s",
+  duplicate_window: "1s",
+};
+
+let nats: NatsServerHandle;
+let laneway: InProcessLaneway;
+let short: InProcessLaneway;
+let atlas: LaneClient;
+let beacon: LaneClient;
+
+beforeAll(async () => {
+  nats = await startNatsServer();
+  laneway = await startLanewayInProcess({ natsUrl: nats.url, lanesConfig: config });
+  atlas = laneway.clients.client(LaneService, { token: laneway.tokens.atlas });
+  beacon = laneway.clients.client(LaneService, { token: laneway.tokens.beacon });
+  short = await startLanewayInProcess({ natsUrl: nats.url, lanesConfig: shortConfig, tokens: laneway.tokens });
+});
+
+afterAll(async () => {
+  await short?.stop();
+  await laneway?.stop();
+  await nats?.remove();
+});
+
+const fake = { sequence: 1n, receipt: "a".repeat(64) };
+
+test("a group that never claimed: inspection shows revision 0 and no slots, receipts are stale, a recovery has nothing to recover, and nothing creates its ledger", async () => {
+  await publishWork(atlas, "fresh", ["fresh-1"]);
+  const g = await inspectGroup(beacon, "fresh", "idle");
+  expect([g.revision, g.slots, g.cursor, g.deliveries.length, g.lastSequence]).toEqual([0n, 0, 0n, 0, 1n]);
+  const where = { lane: "fresh", group: "idle" };
+  for (const results of [
+    (await beacon.ackBatch({ ...where, receipts: [fake, { sequence: 2n, receipt: "b".repeat(64) }] })).results,
+    (await beacon.nackBatch({ ...where, receipts: [fake] })).results,
+    (await beacon.renewBatch({ ...where, receipts: [fake] })).results,
+  ]) {
+    for (const r of results) expect([r.outcome.case, r.outcome.value && "reason" in r.outcome.value ? r.outcome.value.reason : undefined]).toEqual(["error", "lane_stale"]);
+  }
+  await expectLaneError(() => beacon.ack({ ...where, ...fake }), Code.Aborted, "lane_stale");
+  await expectLaneError(() => beacon.recoverGroup({ ...where, id: "nothing-yet", revision: 1n, cursorThrough: 0n }), Code.Aborted, "lane_conflict");
+  expect(await ledgerValue(nats.url, "edges", "fresh", "idle")).toBeUndefined();
+  // Its first claim creates it, with one slot, and leases the work.
+  const work = (await claimOne(beacon, "fresh", "idle"))!;
+  expect(work.record!.id).toBe("fresh-1");
+  expect((await inspectGroup(beacon, "fresh", "idle")).slots).toBe(1);
+});
+
+test("a ledger in an older state format is refused with lane_conflict by every operation and left unchanged; an unreadable one is lane_unavailable", async () => {
+  const [record] = await publishWork(atlas, "older", ["older-1"]);
+  // Laneway knows the group first (its ledger is cached), then an older writer replaces the value.
+  const work = (await claimOne(beacon, "older", "g"))!;
+  expect(work.record!.sequence).toBe(record!.sequence);
+  const older = JSON.stringify({ f: 2, cursor: 1, d: [] });
+  await putLedgerValue(nats.url, "edges", "older", "g", older);
+  const where = { lane: "older", group: "g" };
+  await publishWork(atlas, "older", ["older-2"]);
+  for (const call of [
+    () => beacon.claim(where),
+    () => beacon.inspectGroup(where),
+    () => beacon.ack({ ...where, ...receiptOf(work) }),
+    () => beacon.recoverGroup({ ...where, id: "against-older", revision: 1n, cursorThrough: 1n }),
+  ]) {
+    const error = await expectLaneError(call, Code.Aborted, "lane_conflict");
+    expect(error.rawMessage).toContain("state format 2");
+    expect(error.rawMessage).not.toContain(work.receipt);
+    expect(error.rawMessage).not.toContain(nats.url.replace("nats://", ""));
+  }
+  expect(await ledgerValue(nats.url, "edges", "older", "g")).toBe(older);
+
+  await publishWork(atlas, "garbled", ["garbled-1"]);
+  await putLedgerValue(nats.url, "edges", "garbled", "g", "{not a ledger");
+  for (const call of [() => beacon.claim({ lane: "garbled", group: "g" }), () => beacon.inspectGroup({ lane: "garbled", group: "g" })]) {
+    const error = await expectLaneError(call, Code.Unavailable, "lane_unavailable");
+    expect(reasonOf(error)).toBe("lane_unavailable");
+  }
+  expect(await ledgerValue(nats.url, "edges", "garbled", "g")).toBe("{not a ledger");
+});
+
+test("a claim that finds only events after the cursor moves past them: once those events leave retention, claims answer no work, not lane_cursor; later work is claimed", async () => {
+  const publisher = short.clients.client(LaneService, { token: laneway.tokens.atlas });
+  const worker = short.clients.client(LaneService, { token: laneway.tokens.beacon });
+  const where = { lane: "mixed", group: "g" };
+  const [first] = await publishWork(publisher, "mixed", ["mixed-work-1"]);
+  const work = (await claimOne(worker, "mixed", "g"))!;
+  expect(work.record!.sequence).toBe(first!.sequence);
+  await worker.ack({ ...where, ...receiptOf(work) });
+  const events = await publishWork(publisher, "mixed", ["event-1", "event-2", "event-3"], { kind: RecordKind.EVENT });
+  const lastEvent = events[events.length - 1]!.sequence;
+  expect((await inspectGroup(worker, "mixed", "g")).cursor).toBe(first!.sequence);
+  // The empty claim examined the events: the cursor passes them.
+  expect((await worker.claim(where)).work).toBeUndefined();
+  const passed = await inspectGroup(worker, "mixed", "g");
+  expect([passed.cursor, passed.lastSequence]).toEqual([lastEvent, lastEvent]);
+  // Everything leaves retention; the group has no gap.
+  await waitFor(async () => (await inspectGroup(worker, "mixed", "g")).firstRetained === 0n, { timeoutMs: 30_000, intervalMs: 200, what: "the lane's records to expire" });
+  expect((await worker.claim(where)).work).toBeUndefined();
+  const [later] = await publishWork(publisher, "mixed", ["mixed-work-2"]);
+  const next = (await claimOne(worker, "mixed", "g"))!;
+  expect([next.record!.sequence, next.attempt]).toEqual([later!.sequence, 1]);
+});

@@ -1,0 +1,138 @@
+import { createServer } from "node:net";
+import { afterAll, beforeAll, expect, test } from "vitest";
+import { DeliveryState, LaneService, type ClaimResponse } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { laneSubjects } from "../../src/lanes/names.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
+import { type LaneClient } from "../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
+import { waitFor } from "../helpers/wait-for.js";
+import { inspectGroup, publishWork, receiptOf, waitOf } from "../helpers/work.js";
+
+/**
+ * What one Laneway process shares between the callers of one lane or group:
+ *
+ * - Waiting claims share one watcher per lane: however many claimers wait
+ *   for a lane's next work, Laneway holds one NATS subscription to the
+ *   lane's subjects, and no broker request or subscription per waiting
+ *   client. The broker's own monitoring endpoint (connz) is the witness: it
+ *   lists every subscription of Laneway's connection.
+ * - Concurrent operations on one group are combined into one
+ *   compare-and-set: many single acks arriving together cost fewer ledger
+ *   writes than acks. The group's revision (the bucket's sequence, written
+ *   by nothing else meanwhile) counts the writes.
+ */
+
+const WAITERS = 24;
+const config = {
+  namespace: "watchers",
+  principals: [
+    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
+    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
+  ],
+  lanes: [
+    { id: "wake", owner: "atlas", publishers: ["atlas"], groups: { waiters: ["beacon"] } },
+    { id: "other", owner: "atlas", publishers: ["atlas"], groups: { waiters: ["beacon"] } },
+    { id: "many", owner: "atlas", publishers: ["atlas"], groups: { ackers: ["beacon"] } },
+  ],
+  lease: "30s",
+};
+
+let nats: NatsServerHandle;
+let monitorUrl: string;
+let laneway: InProcessLaneway;
+let atlas: LaneClient;
+let beacon: LaneClient;
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))));
+    });
+  });
+}
+
+beforeAll(async () => {
+  const port = await freePort();
+  nats = await startNatsServer({ extraConfig: { http: `127.0.0.1:${port}` } });
+  monitorUrl = `http://127.0.0.1:${port}`;
+  laneway = await startLanewayInProcess({ natsUrl: nats.url, lanesConfig: config });
+  atlas = laneway.clients.client(LaneService, { token: laneway.tokens.atlas });
+  beacon = laneway.clients.client(LaneService, { token: laneway.tokens.beacon });
+});
+
+afterAll(async () => {
+  await laneway?.stop();
+  await nats?.remove();
+});
+
+/** Laneway's connection as the broker lists it: its subscriptions. */
+async function lanewaySubscriptions(): Promise<string[]> {
+  const response = await fetch(`${monitorUrl}/connz?subs=1`, { signal: AbortSignal.timeout(5_000) });
+  const body = (await response.json()) as { connections?: { name?: string; subscriptions_list?: string[] }[] };
+  const mine = (body.connections ?? []).filter((c) => c.name === "laneway");
+  expect(mine).toHaveLength(1);
+  return mine[0]!.subscriptions_list ?? [];
+}
+
+const laneSubscriptions = (subs: readonly string[], lane: string) => subs.filter((s) => s === laneSubjects("watchers", lane)).length;
+
+test(`${WAITERS} claimers waiting on one lane share one subscription and hold no broker request each; publications wake them, and the subscription ends with the last waiter`, async () => {
+  // Idle: an empty claim creates the group; nothing waits, nothing watches.
+  expect((await beacon.claim({ lane: "wake", group: "waiters" })).work).toBeUndefined();
+  const idle = await lanewaySubscriptions();
+  expect(laneSubscriptions(idle, "wake")).toBe(0);
+
+  const waiting: Promise<ClaimResponse>[] = Array.from({ length: WAITERS }, () => beacon.claim({ lane: "wake", group: "waiters", wait: waitOf(30_000) }));
+  await waitFor(async () => laneSubscriptions(await lanewaySubscriptions(), "wake") === 1, { timeoutMs: 30_000, intervalMs: 50, what: "the lane's watcher" });
+  // Let every waiter reach its wait, then look several times: one lane subscription, and nothing else added for the waiters.
+  await new Promise((resolve) => setTimeout(resolve, 1_000));
+  for (let i = 0; i < 5; i++) {
+    const subs = await lanewaySubscriptions();
+    expect(laneSubscriptions(subs, "wake")).toBe(1);
+    expect(subs.length).toBe(idle.length + 1);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+
+  // A waiter on another lane has a watcher of its own.
+  const elsewhere = beacon.claim({ lane: "other", group: "waiters", wait: waitOf(30_000) });
+  await waitFor(async () => laneSubscriptions(await lanewaySubscriptions(), "other") === 1, { timeoutMs: 30_000, intervalMs: 50, what: "the other lane's watcher" });
+  expect(laneSubscriptions(await lanewaySubscriptions(), "wake")).toBe(1);
+
+  // Every waiter is woken by publications and leases one record of its own; none ends empty-handed.
+  const records = await publishWork(atlas, "wake", Array.from({ length: WAITERS }, (_, i) => `wake-${i}`));
+  const answers = await Promise.all(waiting);
+  const leased = answers.map((a) => a.work?.record?.sequence);
+  expect(leased.every((s) => s !== undefined)).toBe(true);
+  expect(new Set(leased).size).toBe(WAITERS);
+  expect([...leased].sort((a, b) => Number(a! - b!))).toEqual(records.map((r) => r.sequence));
+  const acked = await beacon.ackBatch({ lane: "wake", group: "waiters", receipts: answers.map((a) => receiptOf(a.work!)) });
+  expect(acked.results.every((r) => r.outcome.case === "acked")).toBe(true);
+
+  // The last waiter of a lane ends its watcher; the other lane's stays while its claimer waits.
+  await waitFor(async () => laneSubscriptions(await lanewaySubscriptions(), "wake") === 0, { timeoutMs: 30_000, intervalMs: 50, what: "the watcher to end" });
+  expect(laneSubscriptions(await lanewaySubscriptions(), "other")).toBe(1);
+  const [other] = await publishWork(atlas, "other", ["other-0"]);
+  expect((await elsewhere).work?.record?.sequence).toBe(other!.sequence);
+  await waitFor(async () => laneSubscriptions(await lanewaySubscriptions(), "other") === 0, { timeoutMs: 30_000, intervalMs: 50, what: "the other watcher to end" });
+  // Nothing the waiters used is left behind.
+  await waitFor(async () => (await lanewaySubscriptions()).length === idle.length, { timeoutMs: 30_000, intervalMs: 50, what: "Laneway's subscriptions to be as when idle" });
+});
+
+test("32 single acks arriving together on one group are combined: fewer ledger writes than acks, each ack answered on its own", async () => {
+  const records = await publishWork(atlas, "many", Array.from({ length: 32 }, (_, i) => `many-${i}`));
+  const { work } = await beacon.claimBatch({ lane: "many", group: "ackers", maxRecords: 32 });
+  expect(work.map((w) => w.record!.sequence)).toEqual(records.map((r) => r.sequence));
+  const before = await inspectGroup(beacon, "many", "ackers");
+  const answers = await Promise.all(work.map((w) => beacon.ack({ lane: "many", group: "ackers", ...receiptOf(w) })));
+  expect(answers.map((a) => a.duplicate)).toEqual(work.map(() => false));
+  const after = await inspectGroup(beacon, "many", "ackers");
+  expect(after.deliveries.map((d) => DeliveryState[d.state])).toEqual(work.map(() => "ACKED"));
+  // One write per ack would be 32 revisions.
+  const writes = Number(after.revision - before.revision);
+  expect(writes).toBeGreaterThanOrEqual(1);
+  expect(writes).toBeLessThan(32);
+  console.log(`[sharing] 32 concurrent acks took ${writes} ledger writes`);
+});
