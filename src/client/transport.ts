@@ -1,4 +1,6 @@
 import * as http from "node:http";
+import * as https from "node:https";
+import type { Socket } from "node:net";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import {
   Http2SessionManager,
@@ -64,11 +66,47 @@ export function createLanewayTransport(options: LanewayTransportOptions): Lanewa
           : createConnectTransport({ ...common, useBinaryFormat: protocol === "connect-binary" });
     return { transport, close: () => sessionManager.abort() };
   }
-  const agent = new http.Agent({ keepAlive: true });
+  const agent = keepAliveAgent(options.baseUrl);
   const common = { baseUrl: options.baseUrl, httpVersion, nodeOptions: { agent }, interceptors } as const;
   const transport =
     protocol === "grpc-web"
       ? createGrpcWebTransport(common)
       : createConnectTransport({ ...common, useBinaryFormat: protocol === "connect-binary" });
   return { transport, close: () => agent.destroy() };
+}
+
+/**
+ * How long an idle keep-alive socket waits for the next request before the
+ * client closes it. The server closes idle HTTP/1.1 connections after 5 s;
+ * a request sent on a socket the server is closing at that moment fails
+ * with ECONNRESET. Node's agent closes a free socket one second before the
+ * server's announced timeout, which a busy machine's timers can eat; this
+ * leaves three.
+ */
+export const CLIENT_IDLE_SOCKET_MS = 2_000;
+
+/** A keep-alive agent for `baseUrl` (http or https) that closes idle sockets after CLIENT_IDLE_SOCKET_MS. */
+export function keepAliveAgent(baseUrl: string): http.Agent {
+  return baseUrl.startsWith("https:") ? new ShortIdleHttpsAgent({ keepAlive: true }) : new ShortIdleAgent({ keepAlive: true });
+}
+
+/** Node's keepSocketAlive returns whether the socket is kept (its typings say void). */
+type KeepSocketAlive = (this: http.Agent, socket: Socket) => boolean;
+
+function keepShortIdle(agent: http.Agent, base: KeepSocketAlive, socket: Socket): boolean {
+  const keep = base.call(agent, socket);
+  if (keep) socket.setTimeout(CLIENT_IDLE_SOCKET_MS);
+  return keep;
+}
+
+class ShortIdleAgent extends http.Agent {
+  override keepSocketAlive(socket: Socket): boolean {
+    return keepShortIdle(this, http.Agent.prototype.keepSocketAlive as unknown as KeepSocketAlive, socket);
+  }
+}
+
+class ShortIdleHttpsAgent extends https.Agent {
+  override keepSocketAlive(socket: Socket): boolean {
+    return keepShortIdle(this, https.Agent.prototype.keepSocketAlive as unknown as KeepSocketAlive, socket);
+  }
 }

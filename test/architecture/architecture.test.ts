@@ -28,7 +28,7 @@ const allowed: Record<string, readonly string[]> = {
   swarm: ["errors", "log", "encoding", "config", "nats", "fault-injection", "participant"],
   startup: ["config", "lanes", "log"],
   client: ["kmap"],
-  server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection"],
+  server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection", "client"],
   participant: [],
   cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "swarm", "lanes"],
 };

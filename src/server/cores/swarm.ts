@@ -1,10 +1,8 @@
-import * as http from "node:http";
-import * as https from "node:https";
-import { createClient, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createClient } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
+import { createLanewayTransport } from "../../client/transport.js";
 import { CoreStartupError } from "../../errors/core-error.js";
 import {
   HiveLanes,
@@ -119,14 +117,8 @@ export const swarmBinding: CoreBinding = {
   },
 };
 
-/** The generated lane client the hive uses as a project: Connect binary over HTTP/1.1 with its bearer token. */
+/** The generated lane client the hive uses as a project: Connect binary with its bearer token. */
 function laneClientOf(settings: HiveLanesSettings): { client: LaneClient; close(): void } {
-  const agent = settings.address.startsWith("https:") ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
-  const authorization = `Bearer ${settings.token.reveal()}`;
-  const bearer: Interceptor = (next) => (request) => {
-    request.header.set("Authorization", authorization);
-    return next(request);
-  };
-  const transport = createConnectTransport({ baseUrl: settings.address, httpVersion: "1.1", useBinaryFormat: true, nodeOptions: { agent }, interceptors: [bearer] });
-  return { client: createClient(LaneService, transport), close: () => agent.destroy() };
+  const { transport, close } = createLanewayTransport({ baseUrl: settings.address, protocol: "connect-binary", token: settings.token.reveal() });
+  return { client: createClient(LaneService, transport), close };
 }
