@@ -69,6 +69,8 @@ export interface GroupInspection {
   readonly maxLedger: number;
   readonly liveLeases: number;
   readonly recoveries: number;
+  /** The retained recovery results, oldest first. */
+  readonly recoveryHistory: readonly RecoveryResult[];
   readonly deliveries: readonly {
     readonly sequence: number;
     readonly project: string;
@@ -574,7 +576,7 @@ class GroupActor {
     const firstRetained = range.first > 0 && range.first <= range.last ? range.first : 0;
     const base = { lane: this.lane, group: this.group, firstRetained, lastSequence: range.last, maxLedger: bounds.maxLedger };
     if (state === undefined) {
-      return { ...base, revision: 0, cursor: 0, missingThrough: 0, slots: 0, liveLeases: 0, recoveries: 0, deliveries: [] };
+      return { ...base, revision: 0, cursor: 0, missingThrough: 0, slots: 0, liveLeases: 0, recoveries: 0, recoveryHistory: [], deliveries: [] };
     }
     const now = this.now();
     const draft = new LedgerDraft(state.ledger, bounds, now);
@@ -586,6 +588,7 @@ class GroupActor {
       slots: state.ledger.slots,
       liveLeases: draft.liveLeases(),
       recoveries: draft.recoveries.length,
+      recoveryHistory: [...draft.recoveries].sort((a, b) => a.at - b.at).map(resultOf),
       deliveries: draft.deliveries.map((d) => ({
         sequence: d.s,
         project: d.p,

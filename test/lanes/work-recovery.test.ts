@@ -142,6 +142,9 @@ describe("retiring expired deliveries", () => {
     const after = await inspectGroup(beacon, "absent", "solo");
     expect(after.deliveries).toEqual([]);
     expect([after.slots, after.recoveries, after.missingThrough]).toEqual([1, 1, record!.sequence]);
+    // The recovery history is the audit record RecoverGroup returned, with no receipt in it.
+    expect(after.recoveryHistory.map(resultView)).toEqual([resultView(recovered.result)]);
+    expect(JSON.stringify(after.recoveryHistory, (_k, v: unknown) => (typeof v === "bigint" ? v.toString() : v))).not.toContain(owned.receipt);
     // The retirement is no acknowledgement: the original receipt can do nothing.
     for (const call of [
       () => atlas.ack({ lane: "absent", group: "solo", ...receiptOf(owned) }),

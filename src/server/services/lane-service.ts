@@ -25,6 +25,7 @@ import {
   type LanesCore,
   type PublishOutcome,
   type RecordKind as CoreRecordKind,
+  type RecoveryResult,
   type RegistryView,
   type WorkDelivery,
 } from "../../lanes/index.js";
@@ -241,6 +242,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
           maxLedger: g.maxLedger,
           liveLeases: g.liveLeases,
           recoveries: g.recoveries,
+          recoveryHistory: g.recoveryHistory.map(recoveryResultMessage),
           deliveries: g.deliveries.map((d) => ({
             sequence: BigInt(d.sequence),
             project: d.project,
@@ -269,18 +271,20 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
         req.group,
         coreSignal(ctx),
       );
-      return {
-        result: {
-          id: result.id,
-          project: result.project,
-          cursorThrough: BigInt(result.cursorThrough),
-          missingThrough: BigInt(result.missingThrough),
-          expirations: result.expirations.map((x) => ({ project: x.project, sequence: BigInt(x.sequence), attempt: x.attempt })),
-          revision: BigInt(result.revision),
-          recordedAt: timestampFromMs(result.recordedAt),
-        },
-      };
+      return { result: recoveryResultMessage(result) };
     },
+  };
+}
+
+function recoveryResultMessage(result: RecoveryResult) {
+  return {
+    id: result.id,
+    project: result.project,
+    cursorThrough: BigInt(result.cursorThrough),
+    missingThrough: BigInt(result.missingThrough),
+    expirations: result.expirations.map((x) => ({ project: x.project, sequence: BigInt(x.sequence), attempt: x.attempt })),
+    revision: BigInt(result.revision),
+    recordedAt: timestampFromMs(result.recordedAt),
   };
 }
 
