@@ -4,6 +4,7 @@
  */
 import { kmapLane } from "./kmap-lane.js";
 import { lanesPublish } from "./lanes-publish.js";
+import { lanesWork } from "./lanes-work.js";
 import { serverOverhead } from "./server-overhead.js";
 import { swarmBus } from "./swarm-bus.js";
 import { swarmMint } from "./swarm-mint.js";
@@ -12,6 +13,7 @@ const benchmarks: Record<string, () => Promise<void>> = {
   "server-overhead": serverOverhead,
   "kmap-lane": kmapLane,
   "lanes-publish": lanesPublish,
+  "lanes-work": lanesWork,
   "swarm-mint": swarmMint,
   "swarm-bus": swarmBus,
 };
