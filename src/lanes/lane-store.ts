@@ -212,10 +212,18 @@ export class LaneStore {
         const { js } = await this.#current();
         const consumer = await js.consumers.get(stream, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: from });
         const records: StoredRecord[] = [];
-        const messages = await consumer.fetch({ max_messages: count, expires: Math.max(1_000, Math.min(this.timeoutMs, 5_000)) });
-        for await (const message of messages) {
-          records.push({ sequence: message.seq, subject: message.subject, data: message.data });
-          if (records.length >= count) break;
+        try {
+          const messages = await consumer.fetch({ max_messages: count, expires: Math.max(1_000, Math.min(this.timeoutMs, 5_000)) });
+          for await (const message of messages) {
+            records.push({ sequence: message.seq, subject: message.subject, data: message.data });
+            if (records.length >= count) break;
+          }
+        } finally {
+          // The ordered consumer would otherwise stay on the server for its
+          // 5-minute inactivity threshold: one per read, thousands under load.
+          void Promise.resolve()
+            .then(() => consumer.delete())
+            .catch(() => undefined);
         }
         return records;
       },

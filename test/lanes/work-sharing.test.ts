@@ -136,3 +136,21 @@ test("32 single acks arriving together on one group are combined: fewer ledger w
   expect(writes).toBeLessThan(32);
   console.log(`[sharing] 32 concurrent acks took ${writes} ledger writes`);
 });
+
+test("reads leave no consumer behind: after claims, the lane streams carry no consumer", async () => {
+  await publishWork(atlas, "other", ["left-1", "left-2", "left-3"]);
+  for (let i = 0; i < 3; i++) {
+    const claimed = await beacon.claim({ lane: "other", group: "waiters" });
+    expect(claimed.work).toBeDefined();
+    await beacon.ack({ lane: "other", group: "waiters", ...receiptOf(claimed.work!) });
+  }
+  // Each read used an ordered consumer; each is deleted once read (a consumer left behind would live 5 minutes).
+  const consumers = async () => {
+    const response = await fetch(`${monitorUrl}/jsz?streams=1`, { signal: AbortSignal.timeout(5_000) });
+    const body = (await response.json()) as { account_details?: { stream_detail?: { name: string; state?: { consumer_count?: number } }[] }[] };
+    const streams = (body.account_details ?? []).flatMap((a) => a.stream_detail ?? []).filter((s) => !s.name.startsWith("KV_"));
+    expect(streams.length).toBeGreaterThan(0);
+    return streams.reduce((sum, s) => sum + (s.state?.consumer_count ?? 0), 0);
+  };
+  await waitFor(async () => (await consumers()) === 0, { what: "every read's consumer to be deleted" });
+});
