@@ -98,6 +98,7 @@ export class CommandStore {
     bySequence: Statement<[number], CommandRow>;
     head: Statement<[], CommandRow>;
     nextAfter: Statement<[number], CommandRow>;
+    unfinishedAfter: Statement<[number, number], CommandRow>;
     insert: Statement<[string, string, number, number, number]>;
     update: Statement<[CommandState, number, number | null, string | null, string | null, string | null, string | null, number, number, CommandState]>;
     insertEvent: Statement<[CommandEventKind, number, number]>;
@@ -135,6 +136,7 @@ export class CommandStore {
       bySequence: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.sequence = ?`),
       head: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.state IN ('queued', 'applying') ORDER BY c.sequence LIMIT 1`),
       nextAfter: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.state IN ('queued', 'applying') AND c.sequence > ? ORDER BY c.sequence LIMIT 1`),
+      unfinishedAfter: db.prepare(`SELECT ${recordColumns} FROM commands c WHERE c.state IN ('queued', 'applying') AND c.sequence > ? ORDER BY c.sequence LIMIT ?`),
       insert: db.prepare(
         "INSERT INTO commands (idempotency_id, submission, state, submitted_at, attempts, next_attempt_at, updated_at) VALUES (?, ?, 'queued', ?, 0, ?, ?)",
       ),
@@ -323,6 +325,11 @@ export class CommandStore {
     });
   }
 
+  /** Up to `limit` unfinished records after `sequence`, in submission order. */
+  unfinishedAfter(sequence: number, limit: number): CommandRecord[] {
+    return this.#guard("reading the next records", () => this.#statements.unfinishedAfter.all(sequence, limit).map(toRecord));
+  }
+
   /** Marks a Queued record Applying (its `attempts`-th attempt). */
   markApplying(sequence: number, attempts: number, now: number, durability: Durability): EventRow {
     const row = this.#guard("marking a record applying", () =>
@@ -345,26 +352,50 @@ export class CommandStore {
     now: number,
     options: { readonly durability: Durability; readonly takeNext?: CommandRecord | undefined },
   ): { rows: EventRow[]; next: CommandRecord | undefined } {
-    const result = this.#guard(outcome.kind === "committed" ? "recording a committed transaction" : outcome.kind === "failed" ? "recording a failure" : "scheduling a retry", () =>
+    return this.recordOutcomes([{ sequence, outcome }], now, options);
+  }
+
+  /**
+   * Records how the attempts of several records ended (a group's outcomes,
+   * in submission order) in one transaction, and, when `takeNext` names the
+   * record after them (Queued and due), marks it Applying in the same
+   * transaction. A record given `markApplying` (a group's further member,
+   * still Queued) is first marked Applying, with that attempt number, in
+   * the same transaction. A `retry` outcome takes nothing next. Returns the
+   * change rows in position order and the record taken, if any.
+   */
+  recordOutcomes(
+    outcomes: readonly { readonly sequence: number; readonly markApplying?: number; readonly outcome: AttemptOutcome }[],
+    now: number,
+    options: { readonly durability: Durability; readonly takeNext?: CommandRecord | undefined },
+  ): { rows: EventRow[]; next: CommandRecord | undefined } {
+    const kinds = new Set(outcomes.map((o) => o.outcome.kind));
+    const action = kinds.has("retry") ? "scheduling a retry" : kinds.has("failed") ? "recording a failure" : "recording a committed transaction";
+    const result = this.#guard(action, () =>
       this.#write(options.durability, () => {
         const rows: EventRow[] = [];
-        if (outcome.kind === "committed") {
-          rows.push(this.#transition(sequence, "committed", now, { transactionId: outcome.transactionId, createdNodeId: outcome.createdNodeId, error: undefined }));
-        } else if (outcome.kind === "failed") {
-          rows.push(this.#transition(sequence, "failed", now, { error: outcome.error }));
-        } else {
-          rows.push(this.#transition(sequence, "retry_scheduled", now, { nextAttemptAt: outcome.nextAttemptAt, error: outcome.error }));
+        for (const { sequence, markApplying, outcome } of outcomes) {
+          if (markApplying !== undefined) {
+            rows.push(this.#transition(sequence, "applying", now, { attempts: markApplying, nextAttemptAt: undefined, error: undefined }));
+          }
+          if (outcome.kind === "committed") {
+            rows.push(this.#transition(sequence, "committed", now, { transactionId: outcome.transactionId, createdNodeId: outcome.createdNodeId, error: undefined }));
+          } else if (outcome.kind === "failed") {
+            rows.push(this.#transition(sequence, "failed", now, { error: outcome.error }));
+          } else {
+            rows.push(this.#transition(sequence, "retry_scheduled", now, { nextAttemptAt: outcome.nextAttemptAt, error: outcome.error }));
+          }
         }
         let next: EventRow | undefined;
         const take = options.takeNext;
-        if (take !== undefined && outcome.kind !== "retry") {
+        if (take !== undefined && !kinds.has("retry")) {
           next = this.#transition(take.sequence, "applying", now, { attempts: take.attempts + 1, nextAttemptAt: undefined, error: undefined });
           rows.push(next);
         }
         return { rows, next };
       }),
     );
-    if (outcome.kind !== "retry") this.#pending -= 1;
+    this.#pending -= outcomes.filter((o) => o.outcome.kind !== "retry").length;
     this.#noteEvents(result.rows);
     return { rows: result.rows, next: result.next === undefined ? undefined : toRecord(result.next) };
   }

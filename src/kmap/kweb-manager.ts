@@ -69,4 +69,38 @@ export interface KwebManager {
    * runtime ends at once instead of at the next command.
    */
   readonly failure?: Promise<Error>;
+  /**
+   * Optional: applies a run of queued commands with one fsync for all of
+   * them (see GroupApply). Only a manager whose writer runs synchronously
+   * on the runtime's own thread can offer it; the runtime uses it when
+   * present and applies one command at a time otherwise.
+   */
+  readonly groupApply?: GroupApply;
+}
+
+/**
+ * Group apply: several commands, each still exactly once per provenance,
+ * each its own Kweb (SQLite) transaction and its own signed transaction of
+ * the history, made durable together by one fsync.
+ *
+ * `apply` runs synchronously. It applies `requests` in order, reading each
+ * only when it is about to be applied (the caller may produce them as the
+ * group grows), and returns the outcomes of the group — a prefix of the
+ * requests: all `committed`, or a single `rejected` when the first command
+ * is rejected. A later command that is rejected, or whose BEGIN meets a
+ * lock held elsewhere, is not part of the group (nothing of it is written)
+ * and comes first in a later call. Once the group holds `atLeast`
+ * commands, no further command joins after `until` (performance.now()).
+ * Every outcome returned is durable (fsync'd) when `apply` returns.
+ *
+ * `afterCommit(index, outcome)` runs after each command's Kweb COMMIT,
+ * before the group's fsync; an error it throws ends the group and is
+ * rethrown unchanged. Throws WriterUnavailableError only when the writer is
+ * unavailable at the first command (nothing was applied).
+ */
+export interface GroupApply {
+  apply(
+    requests: Iterable<ApplyRequest>,
+    options: { readonly until: number; readonly atLeast: number; readonly afterCommit?: (index: number, outcome: ApplyOutcome) => void },
+  ): ApplyOutcome[];
 }

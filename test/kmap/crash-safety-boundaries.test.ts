@@ -18,11 +18,12 @@ import { waitFor } from "../helpers/wait-for.js";
  * moved into the Kweb worker thread, then restart on the same data
  * directory — with the same invariants as crash-safety.test.ts (every
  * command terminal exactly once, one signed transaction per committed
- * command):
+ * command; group apply's own boundaries are in group-apply-crash.test.ts):
  *
- * - `after-commit-and-applying`: one transaction recorded command N
- *   Committed (without an fsync: recovery can rebuild it) and marked N+1
- *   Applying; Kweb not yet called for N+1. The restart keeps N Committed
+ * - `after-commit-and-applying`: one transaction recorded command N — here
+ *   a whole group of commands, each its own Kweb transaction — Committed
+ *   (without an fsync: recovery can rebuild it) and marked N+1 Applying;
+ *   Kweb not yet called for N+1. The restart keeps the group Committed
  *   exactly once and recovers N+1.
  * - `after-queued`: a group of submissions is durable in the worker, and
  *   none was answered. The client resubmits after the restart and gets the
@@ -67,7 +68,7 @@ async function submitInOrder(clients: KmapClients, commands: readonly PlannedCom
   return [];
 }
 
-test("after-commit-and-applying: N committed and N+1 applying in one transaction, then SIGKILL", { timeout: 120_000 }, async () => {
+test("after-commit-and-applying: a group committed and the next command applying in one transaction, then SIGKILL", { timeout: 120_000 }, async () => {
   const dataDir = await mkdtemp(join(tmpdir(), "laneway-kmap-boundary-"));
   dataDirs.push(dataDir);
   const tokens = generateTokens();
@@ -78,7 +79,10 @@ test("after-commit-and-applying: N committed and N+1 applying in one transaction
   let clients = kmapClients(laneway);
   // A backlog: the Kweb file is locked elsewhere while the commands are
   // submitted, so they queue behind a deferred head; once the lock goes, the
-  // head commits and its successor is due — the shared transaction.
+  // head and the two creations behind it are applied as one group (the
+  // update of a missing node is rejected, which ends the group before it),
+  // and the group's outcomes and the next command's Applying mark are one
+  // transaction — the lane's "N committed, N+1 applying" boundary.
   const lock = holdWriteLock(join(dataDir, "kmap", "kweb.sqlite"));
   const batch = [model.create("first"), model.create("second"), model.create("third"), model.updateMissing()];
   try {
@@ -88,7 +92,7 @@ test("after-commit-and-applying: N committed and N+1 applying in one transaction
     lock.release();
   }
   const pause = await waitUntilPaused(laneway);
-  expect(pause).toEqual({ point: "after-commit-and-applying", id: batch[1]!.id });
+  expect(pause).toEqual({ point: "after-commit-and-applying", id: batch[3]!.id });
   expect(await processState(laneway.pid)).toBe("T");
   await killHard(laneway);
 
@@ -96,12 +100,13 @@ test("after-commit-and-applying: N committed and N+1 applying in one transaction
   clients = kmapClients(laneway);
   const report = await verifyCommands(clients, model);
   await verifyNodes(clients, model, report);
-  // N was Committed by the killed process, once.
+  // The group was Committed by the killed process, once.
   expect(kindsOf(report.events.get(batch[0]!.id))).toEqual(["QUEUED", "APPLYING", "RETRY_SCHEDULED", "APPLYING", "COMMITTED"]);
-  // N+1 was Applying: recovered, applied once by the restart.
-  expect(kindsOf(report.events.get(batch[1]!.id))).toEqual(["QUEUED", "APPLYING", "RECOVERED", "APPLYING", "COMMITTED"]);
-  expect(report.records.get(batch[1]!.id)!.attempts).toBe(2);
-  expect(report.log.filter((e) => e.kind === CommandEventKind.RECOVERED).map((e) => e.record!.submission!.idempotencyId)).toEqual([batch[1]!.id]);
+  for (const planned of batch.slice(1, 3)) expect(kindsOf(report.events.get(planned.id))).toEqual(["QUEUED", "APPLYING", "COMMITTED"]);
+  // The next one was Applying: recovered, applied once by the restart.
+  expect(kindsOf(report.events.get(batch[3]!.id))).toEqual(["QUEUED", "APPLYING", "RECOVERED", "APPLYING", "FAILED"]);
+  expect(report.records.get(batch[3]!.id)!.attempts).toBe(2);
+  expect(report.log.filter((e) => e.kind === CommandEventKind.RECOVERED).map((e) => e.record!.submission!.idempotencyId)).toEqual([batch[3]!.id]);
   expect(report.transactions.map((t) => t.provenance)).toEqual([batch[0]!.id, batch[1]!.id, batch[2]!.id]);
   laneway.clients.closeAll();
   expect(await laneway.kill("SIGTERM"), laneway.stderr.join("\n")).toEqual({ code: 0, signal: null });

@@ -1,4 +1,4 @@
-import type { ApplyOutcome, ApplyRequest, KwebManager } from "../kweb-manager.js";
+import type { ApplyOutcome, ApplyRequest, GroupApply, KwebManager } from "../kweb-manager.js";
 import type { KwebWriter } from "./kweb-writer.js";
 
 /**
@@ -10,9 +10,18 @@ import type { KwebWriter } from "./kweb-writer.js";
  * one CommandRuntime implementation serves both this in-thread case and a
  * library user's own manager. Never use it on the server's event loop: an
  * apply can wait for a lock and always waits for an fsync.
+ *
+ * It also offers group apply (KwebWriter.applyGroup): the runtime hands it
+ * a run of queued commands, each committed in its own Kweb transaction,
+ * and one fsync makes them all durable.
  */
 export class InThreadKwebManager implements KwebManager {
-  constructor(private readonly writer: KwebWriter) {}
+  /** Group apply: the writer runs on this thread, synchronously, as the runtime's group needs. */
+  readonly groupApply: GroupApply;
+
+  constructor(private readonly writer: KwebWriter) {
+    this.groupApply = { apply: (requests, options) => writer.applyGroup(requests, options) };
+  }
 
   ready(): Promise<void> {
     return Promise.resolve();

@@ -1,6 +1,7 @@
 import Database from "better-sqlite3";
 import type { Database as SqliteDatabase, Statement } from "better-sqlite3";
-import { mkdirSync } from "node:fs";
+import { closeSync, fdatasyncSync, mkdirSync, openSync } from "node:fs";
+import { performance } from "node:perf_hooks";
 import { dirname } from "node:path";
 import type { Command } from "../../../gen/laneway/kmap/v1/command_pb.js";
 import { canonicalCommand } from "../canonical-command.js";
@@ -79,10 +80,14 @@ export class KwebWriter {
   >;
   readonly #completeTransaction: Statement<[string, string | null, Uint8Array, Uint8Array, number]>;
   readonly #insertTouched: Statement<[string, number]>;
-  readonly #apply: (request: ApplyRequest, command: Command, commandText: string) => ApplyOutcome;
+  /** One command in a SQLite transaction of its own, under BEGIN IMMEDIATE. */
+  readonly #member: (request: ApplyRequest, commandText: string, progress: MemberProgress) => ApplyOutcome;
+  /** The WAL file, fsync'd once per group (see applyGroup). */
+  readonly #walPath: string;
 
-  private constructor(db: SqliteDatabase, key: KwebSigningKey, now: () => number) {
+  private constructor(db: SqliteDatabase, databasePath: string, key: KwebSigningKey, now: () => number) {
     this.#db = db;
+    this.#walPath = `${databasePath}-wal`;
     this.#key = key;
     this.#now = now;
     this.#graph = new KwebGraph(db);
@@ -96,10 +101,12 @@ export class KwebWriter {
       "UPDATE transactions SET touched_node_ids = ?, created_node_id = ?, signed_payload = ?, signature = ? WHERE sequence = ?",
     );
     this.#insertTouched = db.prepare("INSERT INTO transaction_nodes (node_id, sequence) VALUES (?, ?)");
-    const transaction = db.transaction((request: ApplyRequest, command: Command, commandText: string) =>
-      this.#applyLocked(request, command, commandText),
-    );
-    this.#apply = (request, command, commandText) => transaction.immediate(request, command, commandText);
+    const member = db.transaction((request: ApplyRequest, commandText: string, progress: MemberProgress) => {
+      // BEGIN IMMEDIATE succeeded: the write lock is held from here on.
+      progress.phase = "applying";
+      return this.#applyLocked(request, request.command, commandText);
+    });
+    this.#member = (request, commandText, progress) => member.immediate(request, commandText, progress);
   }
 
   /**
@@ -119,7 +126,11 @@ export class KwebWriter {
       prepareKwebSchema(db);
       registerSigningKey(db, options.signingKey, (options.now ?? Date.now)());
       db.pragma(`busy_timeout = ${Math.max(0, Math.floor(busyTimeoutMs))}`);
-      return new KwebWriter(db, options.signingKey, options.now ?? Date.now);
+      // A previous process may have committed group members without their
+      // fsync (see applyGroup): they become durable before anything is
+      // applied or answered from them.
+      syncFiles([`${options.databasePath}-wal`, options.databasePath]);
+      return new KwebWriter(db, options.databasePath, options.signingKey, options.now ?? Date.now);
     } catch (error) {
       db?.close();
       throw openFailure(error);
@@ -130,21 +141,107 @@ export class KwebWriter {
    * Applies one command exactly once per provenance. Returns the outcome
    * (committed, replayed or rejected); throws WriterUnavailableError when
    * the write lock is held elsewhere and KwebFailureError for any other
-   * failure.
+   * failure. Durable (fsync'd) when it returns.
    */
   apply(request: ApplyRequest): ApplyOutcome {
-    let commandText: string;
+    return this.applyGroup([request])[0]!;
+  }
+
+  /**
+   * Group apply: a run of commands, in the given order, each in a SQLite
+   * transaction of its own (BEGIN IMMEDIATE … COMMIT) and each its own
+   * signed transaction of the history, exactly once per provenance — the
+   * history is the one the same commands write one call at a time. What
+   * the group shares is the fsync: its commits are made with
+   * synchronous=NORMAL and ONE fsync of the Kweb's WAL makes all of them
+   * durable before this returns (the WAL is one append-only file: an fsync
+   * covers every frame written before it).
+   *
+   * The group is a prefix of `requests`: it always holds the first, and it
+   * ends before
+   * - a command that is rejected (its transaction rolls back, nothing of it
+   *   remains; it is left for a later call, where it comes first and is
+   *   evaluated again on exactly the state it saw here),
+   * - a command whose canonical form cannot be built (idem),
+   * - a command whose BEGIN meets a write lock held elsewhere (idem),
+   * - the next command once `options.until` (performance.now()) has passed
+   *   and the group holds `options.atLeast` commands (default 1).
+   * `requests` is read lazily, one command at a time, only when that
+   * command is about to be applied.
+   *
+   * `options.afterCommit(index, outcome)` is called after each command's
+   * COMMIT, before the group's fsync (fault injection stops the process
+   * there). An error it throws ends the group and is rethrown unchanged
+   * (the commands committed so far stay committed, without their fsync;
+   * applied again, they are found by provenance).
+   *
+   * Returns the outcome of every command of the group: all `committed`
+   * (applied now or found in history), or a single `rejected` when the
+   * first command is rejected (then nothing was written). Throws
+   * WriterUnavailableError only when the write lock is held elsewhere at
+   * the first command's BEGIN (nothing was applied); every other failure,
+   * such as a failed COMMIT or fsync, is a KwebFailureError.
+   */
+  applyGroup(requests: Iterable<ApplyRequest>, options: GroupApplyOptions = {}): ApplyOutcome[] {
+    const iterator = requests[Symbol.iterator]();
+    const atLeast = options.atLeast ?? 1;
+    const outcomes: ApplyOutcome[] = [];
+    let completed = false;
     try {
-      commandText = canonicalCommand(request.command);
-    } catch {
-      return { kind: "rejected", code: "invalid_input", message: "the command cannot be serialised" };
+      this.#setSynchronous("NORMAL");
+      for (;;) {
+        const index = outcomes.length;
+        if (index >= atLeast && options.until !== undefined && performance.now() >= options.until) break;
+        const next = iterator.next();
+        if (next.done === true) break;
+        const request = next.value;
+        let commandText: string;
+        try {
+          commandText = canonicalCommand(request.command);
+        } catch {
+          if (index === 0) outcomes.push({ kind: "rejected", code: "invalid_input", message: "the command cannot be serialised" });
+          break;
+        }
+        const progress: MemberProgress = { phase: "begin" };
+        let outcome: ApplyOutcome;
+        try {
+          outcome = this.#member(request, commandText, progress);
+        } catch (error) {
+          if (error instanceof KwebRejection) {
+            if (index === 0) outcomes.push({ kind: "rejected", code: error.code, message: error.message });
+            break;
+          }
+          if (progress.phase === "begin" && isLockContention(error)) {
+            // Nothing of this command was applied: it is left for a later call.
+            if (index === 0) throw writerUnavailable();
+            break;
+          }
+          if (error instanceof KwebFailureError) throw error;
+          throw new KwebFailureError("storage_failed", "the Kweb store failed while applying a command", { cause: error });
+        }
+        outcomes.push(outcome);
+        options.afterCommit?.(index, outcome);
+      }
+      completed = true;
+    } finally {
+      // Back to FULL for everything else. After a failure the failure is
+      // what the caller hears, not a second one.
+      try {
+        this.#setSynchronous("FULL");
+      } catch (error) {
+        if (completed) throw error;
+      }
     }
+    // One fsync for the group — also when every member was answered from
+    // history: a previous attempt may have committed it without its fsync.
+    if (outcomes[0]?.kind === "committed") syncFiles([this.#walPath]);
+    return outcomes;
+  }
+
+  #setSynchronous(mode: "NORMAL" | "FULL"): void {
     try {
-      return this.#apply(request, request.command, commandText);
+      this.#db.pragma(`synchronous = ${mode}`);
     } catch (error) {
-      if (error instanceof KwebRejection) return { kind: "rejected", code: error.code, message: error.message };
-      if (isLockContention(error)) throw writerUnavailable();
-      if (error instanceof KwebFailureError) throw error;
       throw new KwebFailureError("storage_failed", "the Kweb store failed while applying a command", { cause: error });
     }
   }
@@ -222,6 +319,21 @@ export class KwebWriter {
   }
 }
 
+/** How a group of commands is formed (see KwebWriter.applyGroup). */
+export interface GroupApplyOptions {
+  /** performance.now() after which no further command joins the group, once it holds `atLeast` commands. */
+  readonly until?: number;
+  /** How many commands may join the group whatever the time; default 1. */
+  readonly atLeast?: number;
+  /** Called after each command's COMMIT, before the group's fsync. */
+  readonly afterCommit?: (index: number, outcome: ApplyOutcome) => void;
+}
+
+/** Where one command's transaction got to: only a lock met at BEGIN is a writer outage. */
+interface MemberProgress {
+  phase: "begin" | "applying";
+}
+
 /**
  * Records the signing key's public half in the file and makes it the
  * active key, unless it already is (a normal restart writes nothing).
@@ -236,4 +348,28 @@ function registerSigningKey(db: SqliteDatabase, key: KwebSigningKey, at: number)
       key.keyId,
     );
   }).immediate();
+}
+
+/**
+ * fsync of each file that exists (the WAL, then the database file), as a
+ * FULL commit would, without writing: what SQLite wrote with
+ * synchronous=NORMAL is then on disk. A missing WAL holds nothing to sync.
+ */
+function syncFiles(paths: readonly string[]): void {
+  for (const path of paths) {
+    let fd: number;
+    try {
+      fd = openSync(path, "r");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") continue;
+      throw new KwebFailureError("storage_failed", "the Kweb store failed to make applied commands durable", { cause: error });
+    }
+    try {
+      fdatasyncSync(fd);
+    } catch (error) {
+      throw new KwebFailureError("storage_failed", "the Kweb store failed to make applied commands durable", { cause: error });
+    } finally {
+      closeSync(fd);
+    }
+  }
 }
