@@ -397,8 +397,10 @@ class GroupActor {
       if (draft.changed) {
         const written = await this.store.kvUpdate(this.namespace.groups, this.#key, encodeLedger(draft.toLedger()), state.revision, signal);
         if (written === "conflict") {
-          // Another process wrote the group: reload and apply again.
+          // Another process wrote the group: reload and apply again. Its
+          // write may have used the slots admitted here: admit again if short.
           this.#cache = undefined;
+          grownTo = 0;
           if (signal?.aborted) throw new LaneError("lane_canceled", "the call was canceled while its group ledger was contended");
           await jitter(attempt);
           continue;
