@@ -1,11 +1,10 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { Client } from "@connectrpc/connect";
 import { Kvm } from "@nats-io/kv";
-import { HiveHubService, MigrationOutcome, type MigrateRequestSchema } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { deadMarkSubject, openBus, readMark, stateMarkSubject, type Bus } from "../../src/swarm/bus/index.js";
+import { MigrationOutcome } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
+import { deadMarkSubject, stateMarkSubject, type Bus } from "../../src/swarm/bus/index.js";
 import { deadStream, GLOBAL_STREAMS, stateStream } from "../../src/swarm/index.js";
-import { startHubHive, type HubHive } from "./bus/hub-fixture.js";
+import type { HubHive } from "./bus/hub-fixture.js";
+import { startCrashHarness, type CrashHarness } from "./bus/migration-crash-harness.js";
 
 /**
  * Crash safety of the migration RPCs (state and dead letters here; queues in
@@ -18,46 +17,21 @@ import { startHubHive, type HubHive } from "./bus/hub-fixture.js";
  * twice and nothing is lost.
  */
 
+let harness: CrashHarness;
 let hive: HubHive;
-/** The legacy (unscoped) processes; their queue consumers hold a delivered item for 2 s. */
 let legacy: Bus;
+let killDuring: CrashHarness["killDuring"];
+let afterRestart: CrashHarness["afterRestart"];
+let markOf: CrashHarness["markOf"];
 
 beforeAll(async () => {
-  hive = await startHubHive();
-  // Legacy names stay selected while present: the hubs use this underscore-named dead-letter stream.
-  await (await hive.admin()).jsm.streams.add({ name: GLOBAL_STREAMS.legacyDead, subjects: ["dead.>"] });
-  legacy = await openBus({ backend: "nats", url: hive.nats.url, credentials: hive.trust.credsPaths.hub, scoped: false, bind: false, queuePolicy: { ackWaitMs: 2_000 } });
+  harness = await startCrashHarness();
+  ({ hive, legacy, killDuring, afterRestart, markOf } = harness);
 }, 60_000);
 
 afterAll(async () => {
-  await legacy?.close();
-  await hive?.stop();
+  await harness?.stop();
 });
-
-/** Starts Laneway with the pause point, runs the migration until it pauses there, and kills Laneway. Returns the pause. */
-async function killDuring(migration: MessageInitShape<typeof MigrateRequestSchema>["migration"], pauseAt: string): Promise<{ point: string; id: string }> {
-  const child = await hive.startChild({ AGENTIHOOKS_BUS_SCOPED: "1", LANEWAY_PAUSE_AT: pauseAt });
-  const call = (async () => {
-    for await (const _ of child.hub().migrate({ migration }));
-  })();
-  call.catch(() => undefined);
-  const paused = await child.paused();
-  await child.kill("SIGKILL");
-  await expect(call).rejects.toThrow();
-  return paused;
-}
-
-/** Laneway started again on the same data directory; runs `body` with its hub client. */
-async function afterRestart<T>(body: (hub: Client<typeof HiveHubService>) => Promise<T>): Promise<T> {
-  const laneway = await hive.startInProcess({ AGENTIHOOKS_BUS_SCOPED: "1" });
-  try {
-    return await body(laneway.clients.client(HiveHubService, { token: hive.tokens.admin }));
-  } finally {
-    await laneway.stop();
-  }
-}
-
-const markOf = async (stream: string, subject: string) => (await readMark((await hive.admin()).jsm, stream, subject))?.mark.status;
 
 describe("state", () => {
   test.each([
