@@ -601,10 +601,10 @@ export async function lanesWork(): Promise<void> {
           `each rewriting the whole ledger (${Math.round(median(p64.map((r) => r.ledgerEntries)))} entries, ` +
           `${(median(p64.map((r) => r.ledgerBytes)) / 1024).toFixed(0)} KiB at the end of a run).`,
         "- CAS conflicts: none possible with one Laneway process (its group actor serializes the group's writes).",
-        `- lane consumers alive after the runs: up to ${Math.max(...[...runs.values()].flat().map((r) => r.laneConsumers))} on the lane stream (every claim batch creates an ordered consumer ` +
-          "and leaves it to the server's inactivity timeout).",
+        `- lane consumers alive after the runs: up to ${Math.max(...[...runs.values()].flat().map((r) => r.laneConsumers))} on the lane stream (each read creates an ordered consumer ` +
+          "and deletes it once read).",
         `Claim + Ack at 1 worker: ${perItem(single1, "sent", 2)} broker round trips and ${perItem(single1, "received", 1)} broker messages received per item ` +
-          `(a claim reads the lane from its cursor with a new ordered consumer, up to 512 records whatever it asked for); ` +
+          `(a claim reads what it wants plus 16 records of read-ahead with a short-lived ordered consumer, and a STREAM.INFO for the lane's range); ` +
           `nats-server CPU ${perItem(single1, "natsCpu", 0)} µs per item.`,
         profileDir ? `CPU profile of the Laneway process: ${profileDir}` : "(BENCH_CPU_PROF=<dir> adds a CPU profile of the Laneway process by category.)",
         `(lanes-work took ${elapsed.toFixed(0)} s)`,

@@ -97,8 +97,29 @@ export interface RecoveryResult {
 /** The key of the admissions record; identifiers never start with `_`. */
 export const ADMISSIONS_KEY = "_admissions";
 
-/** Records a fresh-work scan examines per claim attempt. */
+/** Records a fresh-work scan reads from the stream per claim attempt, at most. */
 const SCAN_LIMIT = 512;
+/**
+ * Records a read asks for beyond what the claims still want: the work among
+ * them waits in the record cache for the next claims (read-ahead).
+ */
+const READ_AHEAD = 16;
+/** The most records the record cache holds (and so the most work a read-ahead can list). */
+const RECORD_CACHE = 4_096;
+
+/**
+ * What this process has read of a lane contiguously: every sequence from
+ * `from` through `through` was read (none missing among them), and `work`
+ * lists the work records among them in sequence order — the others are
+ * events. A lane's records never change and leave only by age, from the
+ * front, so this stays true; the envelopes of `work` are in the record
+ * cache, which may have evicted some since (those are read again).
+ */
+interface ReadAhead {
+  from: number;
+  through: number;
+  work: number[];
+}
 
 type Operation =
   | { kind: "claim"; project: string; max: number; settle: Settle<WorkDelivery[]> }
@@ -281,6 +302,8 @@ class GroupActor {
   #running = false;
   /** Envelopes of recently read records of the lane, by sequence. */
   readonly #records = new Map<number, Envelope>();
+  /** The lane's records read ahead of the cursor (see ReadAhead). */
+  #ahead: ReadAhead | undefined;
 
   constructor(
     private readonly store: LaneStore,
@@ -496,8 +519,11 @@ class GroupActor {
 
   /**
    * Reads what a claim may lease: the retained work after the cursor (up to
-   * `wanted` records, scanning at most 512), and the records of eligible
-   * retries.
+   * `wanted` records, reading at most 512 from the stream), and the records
+   * of eligible retries. Fresh work comes first from what earlier claims
+   * read ahead; the stream is read for the rest, `wanted` records and a
+   * little more, paging on (in doubling pages) only while events are
+   * skipped; the work read beyond `wanted` is kept for the next claims.
    */
   async #candidates(
     draft: LedgerDraft,
@@ -508,24 +534,76 @@ class GroupActor {
   ): Promise<ClaimCandidates> {
     const stream = this.namespace.streams.get(this.lane)!;
     const { firstRetained, last } = range;
+    // As many as before the read-ahead (one scan of 512 records could offer no more), however many the claims want.
+    const want = Math.min(Math.max(wanted, 1), SCAN_LIMIT);
     const fresh: number[] = [];
     let examinedThrough = draft.cursor;
     const start = Math.max(draft.cursor + 1, firstRetained || 1);
     if (start <= last && firstRetained > 0 && draft.cursor + 1 >= firstRetained) {
-      const count = Math.min(SCAN_LIMIT, last - start + 1);
-      const records = await this.store.readFrom(stream, start, count, signal);
-      let expected = start;
-      for (const record of records) {
-        if (record.sequence !== expected) break; // a gap: claims stop at it, the scan resumes there next time
-        expected += 1;
-        const envelope = decodeEnvelope(record.data);
-        if (envelope === undefined) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
-        examinedThrough = record.sequence;
-        if (envelope.kind === "work") {
-          this.#remember(record.sequence, envelope);
-          fresh.push(record.sequence);
-          if (fresh.length >= wanted) break;
+      // Here start is cursor + 1: every sequence from it on is retained (records leave only from the front).
+      let next = start;
+      const ahead = this.#ahead;
+      if (ahead !== undefined && ahead.from <= start && start <= ahead.through) {
+        // What lies behind the cursor is of no use any more.
+        const behind = ahead.work.findIndex((s) => s >= start);
+        ahead.work.splice(0, behind < 0 ? ahead.work.length : behind);
+        ahead.from = start;
+        let through = Math.min(ahead.through, last);
+        for (const sequence of ahead.work) {
+          if (sequence > through) break;
+          const envelope = this.#records.get(sequence);
+          if (envelope === undefined) {
+            // Evicted from the record cache: read again from it.
+            through = sequence - 1;
+            break;
+          }
+          // Refreshed, so that the records read below cannot evict it before it is leased.
+          this.#remember(sequence, envelope);
+          fresh.push(sequence);
+          if (fresh.length >= want) {
+            through = sequence;
+            break;
+          }
         }
+        if (through >= next) {
+          examinedThrough = through;
+          next = through + 1;
+        }
+      }
+      let budget = SCAN_LIMIT;
+      let page = 0;
+      while (fresh.length < want && next <= last && budget > 0) {
+        // Each page after the first doubles, so that a run of events costs few reads.
+        page = Math.max(want - fresh.length + READ_AHEAD, page * 2);
+        const count = Math.min(last - next + 1, budget, page);
+        budget -= count;
+        const records = await this.store.readFrom(stream, next, count, signal);
+        const from = next;
+        const work: number[] = [];
+        let stop = false;
+        for (const record of records) {
+          if (record.sequence !== next) {
+            stop = true; // a gap: claims stop at it, the scan resumes there next time
+            break;
+          }
+          const envelope = decodeEnvelope(record.data);
+          const needed = fresh.length < want;
+          if (envelope === undefined) {
+            if (needed) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
+            stop = true; // read ahead only: the claim that reaches it fails
+            break;
+          }
+          next += 1;
+          if (envelope.kind === "work") {
+            this.#remember(record.sequence, envelope);
+            work.push(record.sequence);
+            if (needed) fresh.push(record.sequence);
+          }
+          if (needed) examinedThrough = record.sequence;
+        }
+        this.#readAhead(from, next - 1, work);
+        // A short read (a gap, or records not yet readable) ends the scan: what came is what it examined.
+        if (stop || records.length < count) break;
       }
     }
     // Nothing but events up to `examinedThrough`: the cursor may pass them.
@@ -562,11 +640,32 @@ class GroupActor {
     return { fresh, freshComplete: examinedThrough >= last, firstRetained, lastSequence: last, retained: (s) => retained.has(s) };
   }
 
+  /** Records that sequences `from` through `through` were read, contiguously, with the work among them. */
+  #readAhead(from: number, through: number, work: number[]): void {
+    if (through < from) return;
+    const ahead = this.#ahead;
+    if (ahead !== undefined && ahead.from <= from && from <= ahead.through + 1) {
+      // Continues (or rereads the end of) what was read: keep what lies before `from`.
+      const before = ahead.work.findIndex((s) => s >= from);
+      if (before >= 0) ahead.work.splice(before);
+      ahead.work.push(...work);
+      ahead.through = through;
+    } else {
+      this.#ahead = { from, through, work };
+    }
+    const current = this.#ahead!;
+    // The record cache cannot hold more work than this: end the read-ahead before the rest.
+    if (current.work.length > RECORD_CACHE) {
+      current.through = current.work[RECORD_CACHE]! - 1;
+      current.work.splice(RECORD_CACHE);
+    }
+  }
+
   #remember(sequence: number, envelope: Envelope): void {
     // The map's order is its recency: the oldest entry is evicted first.
     this.#records.delete(sequence);
     this.#records.set(sequence, envelope);
-    if (this.#records.size > 4_096) {
+    if (this.#records.size > RECORD_CACHE) {
       const oldest = this.#records.keys().next().value;
       if (oldest !== undefined) this.#records.delete(oldest);
     }

@@ -1,6 +1,6 @@
 import { createServer } from "node:net";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type ClaimResponse } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { DeliveryState, LaneService, RecordKind, type ClaimResponse } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { laneSubjects } from "../../src/lanes/names.js";
 import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
 import { type LaneClient } from "../helpers/lanes.js";
@@ -33,6 +33,7 @@ const config = {
     { id: "wake", owner: "atlas", publishers: ["atlas"], groups: { waiters: ["beacon"] } },
     { id: "other", owner: "atlas", publishers: ["atlas"], groups: { waiters: ["beacon"] } },
     { id: "many", owner: "atlas", publishers: ["atlas"], groups: { ackers: ["beacon"] } },
+    { id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { takers: ["beacon"] } },
   ],
   lease: "30s",
 };
@@ -154,3 +155,40 @@ test("reads leave no consumer behind: after claims, the lane streams carry no co
   };
   await waitFor(async () => (await consumers()) === 0, { what: "every read's consumer to be deleted" });
 });
+
+/** Messages nats-server has delivered to Laneway's connection so far (records, API answers, KV entries). */
+async function deliveredToLaneway(): Promise<number> {
+  const response = await fetch(`${monitorUrl}/connz`, { signal: AbortSignal.timeout(5_000) });
+  const body = (await response.json()) as { connections?: { name?: string; out_msgs?: number }[] };
+  const mine = (body.connections ?? []).filter((c) => c.name === "laneway");
+  expect(mine).toHaveLength(1);
+  return mine[0]!.out_msgs ?? 0;
+}
+
+test("single claims read about what they lease (work read ahead waits for the next claims), lease every work record once in order, and never an event", async () => {
+  // 120 records: every third an event, and a run of 40 events in the middle.
+  const kinds = Array.from({ length: 120 }, (_, i) => (i % 3 === 1 || (i >= 50 && i < 90) ? RecordKind.EVENT : RecordKind.WORK));
+  const work: bigint[] = [];
+  for (const [i, kind] of kinds.entries()) {
+    const [record] = await publishWork(atlas, "mixed", [`mixed-${i}`], { kind });
+    if (kind === RecordKind.WORK) work.push(record!.sequence);
+  }
+  const before = await deliveredToLaneway();
+  const leased: bigint[] = [];
+  let claims = 0;
+  for (;;) {
+    const { work: got } = await beacon.claim({ lane: "mixed", group: "takers" });
+    claims += 1;
+    if (!got) break;
+    expect(got.record!.kind).toBe(RecordKind.WORK);
+    leased.push(got.record!.sequence);
+    await beacon.ack({ lane: "mixed", group: "takers", ...receiptOf(got) });
+  }
+  expect(leased).toEqual(work);
+  // Each claim and ack costs a few broker answers (ledger, stream state);
+  // reading the rest of the lane on every claim would cost ~5,000 more.
+  const delivered = (await deliveredToLaneway()) - before;
+  console.log(`[sharing] ${claims} claims and ${leased.length} acks: ${delivered} messages delivered to Laneway`);
+  expect(delivered).toBeLessThan(kinds.length + 12 * claims);
+});
+
