@@ -284,7 +284,14 @@ export class LanewayServer {
       const listener = new DualProtocolListener(handler, { ...server.wire, maxConnections });
       const address = await listener.listen(server.listen.host, server.listen.port);
       const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
-      for (const { core } of cores) core.listening?.();
+      for (const { name, core } of cores) {
+        try {
+          core.listening?.();
+        } catch (error) {
+          // The server listens and serves; what this core meant to start is logged, not fatal.
+          log.error("a core could not start its work after listening", { core: name, ...safeErrorFields(error) });
+        }
+      }
       return new LanewayServer({
         url: `http://${host}:${address.port}`,
         port: address.port,
