@@ -6,8 +6,13 @@
  * baseline measured in the same run on the same machine, which is what
  * stays comparable across noisy, shared machines.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer, type AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { EmbeddedNatsServer } from "../src/nats/index.js";
 
 export const repoRoot = resolve(import.meta.dirname, "..");
 
@@ -98,4 +103,95 @@ export function printTable(headers: readonly string[], rows: readonly (readonly 
 export function benchSeconds(fallback: number): number {
   const value = Number(process.env.BENCH_SECONDS);
   return Number.isFinite(value) && value > 0 ? value : fallback;
+}
+
+/** A free loopback TCP port (for a monitoring endpoint or a server the bench starts). */
+export function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+
+/** A process's CPU time so far (user + system, from /proc), µs; 0 when it cannot be read. */
+export async function processCpuUs(pid: number | undefined): Promise<number> {
+  if (pid === undefined) return 0;
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return ((Number(fields[11]) + Number(fields[12])) / ticksPerSecond) * 1e6;
+  } catch {
+    return 0;
+  }
+}
+
+/** A printable JSON payload of `bytes` bytes, the same in every system a bench compares. */
+export function benchPayload(bytes: number): Uint8Array {
+  const base = JSON.stringify({ sensor: "bench-sensor-0001", celsius: [21.5, 21.7, 21.6, 21.9], note: "" });
+  return Buffer.from(base.replace('"note":""', `"note":"${"x".repeat(bytes - base.length)}"`), "utf8");
+}
+
+/** A lanes benchmark's systems: an embedded nats-server with monitoring, and `laneway serve` on it. */
+export interface LanesBench {
+  readonly dir: string;
+  /** ATLAS_LANE_TOKEN and BEACON_LANE_TOKEN. */
+  readonly tokens: { readonly ATLAS_LANE_TOKEN: string; readonly BEACON_LANE_TOKEN: string };
+  readonly nats: EmbeddedNatsServer;
+  /** The nats-server's monitoring base URL. */
+  readonly monitor: string;
+  readonly laneway: RunningProcess;
+  /** Where the Laneway CPU profile goes (BENCH_CPU_PROF), if asked for. */
+  readonly profileDir: string | undefined;
+  /** Stops Laneway (unless `lanewayStopped`), the nats-server, and removes the directory. */
+  stop(options?: { lanewayStopped?: boolean }): Promise<void>;
+}
+
+/**
+ * Starts the systems of a lanes benchmark: a temporary directory, an
+ * embedded nats-server with its monitoring port, and `laneway serve` on it
+ * with `lanesConfig` and the projects `atlas` and `beacon` (under
+ * `node --cpu-prof` when BENCH_CPU_PROF names a directory).
+ */
+export async function startLanesBench(name: string, lanesConfig: Record<string, unknown>): Promise<LanesBench> {
+  const dir = await mkdtemp(join(tmpdir(), `laneway-bench-${name}-`));
+  const tokens = { ATLAS_LANE_TOKEN: randomBytes(32).toString("hex"), BEACON_LANE_TOKEN: randomBytes(32).toString("hex") };
+  const monitorPort = await freePort();
+  const nats = await EmbeddedNatsServer.start({ storeDir: join(dir, "nats"), extraConfig: { http: `127.0.0.1:${monitorPort}` } });
+  const lanesPath = join(dir, "lanes.json");
+  await writeFile(
+    lanesPath,
+    JSON.stringify({
+      principals: [
+        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
+        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
+      ],
+      ...lanesConfig,
+    }),
+  );
+  const profileDir = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined;
+  const laneway = await startListening(
+    "src/cli/main.ts",
+    ["serve", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "data"), "--nats-url", nats.url, "--lanes-config", lanesPath],
+    tokens,
+    profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] : [],
+  );
+  return {
+    dir,
+    tokens,
+    nats,
+    monitor: `http://127.0.0.1:${monitorPort}`,
+    laneway,
+    profileDir,
+    async stop(options = {}) {
+      if (!options.lanewayStopped) await laneway.stop();
+      await nats.stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
 }

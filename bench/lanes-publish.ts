@@ -40,12 +40,6 @@
  * Reported: records/s (median of interleaved rounds) and the ratio to the
  * raw baseline at the same number of requests in flight. Nothing is asserted.
  */
-import { execFileSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer, type AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
@@ -53,8 +47,7 @@ import { connect } from "@nats-io/transport-node";
 import { LaneService, PublishBatchRequestSchema, PublishRequestSchema, RecordKind } from "../gen/laneway/lane/v1/lane_service_pb.js";
 import { createLanewayTransport } from "../src/client/transport.js";
 import { streamName } from "../src/lanes/index.js";
-import { EmbeddedNatsServer } from "../src/nats/index.js";
-import { benchSeconds, median, printTable, runJson, startListening } from "./harness.js";
+import { benchPayload, benchSeconds, median, printTable, processCpuUs, runJson, startLanesBench } from "./harness.js";
 
 interface LoadResult {
   completed: number;
@@ -92,57 +85,26 @@ const rounds = 3;
 /** 32 bytes replaced by a fresh 32-hex id per request (the load generator's placeholder rule for binary bodies). */
 const ID_PLACEHOLDER = "X".repeat(32);
 
-/** A printable 200-byte payload (a JSON reading padded to size), the same bytes everywhere. */
-function benchPayload(): Uint8Array {
-  const base = JSON.stringify({ sensor: "bench-sensor-0001", celsius: [21.5, 21.7, 21.6, 21.9], note: "" });
-  return Buffer.from(base.replace('"note":""', `"note":"${"x".repeat(PAYLOAD_BYTES - base.length)}"`), "utf8");
-}
 
 export async function lanesPublish(): Promise<void> {
   const seconds = benchSeconds(3);
   const started = Date.now();
-  const dir = await mkdtemp(join(tmpdir(), "laneway-bench-lanes-"));
-  const tokens = { ATLAS_LANE_TOKEN: randomBytes(32).toString("hex"), BEACON_LANE_TOKEN: randomBytes(32).toString("hex") };
-  const payload = benchPayload();
-  const monitorPort = await freePort();
-  const nats = await EmbeddedNatsServer.start({ storeDir: join(dir, "nats"), extraConfig: { http: `127.0.0.1:${monitorPort}` } });
-  const monitor = `http://127.0.0.1:${monitorPort}`;
-  const lanesPath = join(dir, "lanes.json");
-  await writeFile(
-    lanesPath,
-    JSON.stringify({
-      namespace: NAMESPACE,
-      principals: [
-        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-      ],
-      lanes: [
-        { id: PUBLISH_LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
-        { id: REPLAY_LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
-      ],
-    }),
-  );
-  const profileDir = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined;
-  const laneway = await startListening(
-    "src/cli/main.ts",
-    ["serve", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "data"), "--nats-url", nats.url, "--lanes-config", lanesPath],
-    tokens,
-    profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] : [],
-  );
+  const payload = benchPayload(PAYLOAD_BYTES);
+  const systems = await startLanesBench("lanes", {
+    namespace: NAMESPACE,
+    lanes: [
+      { id: PUBLISH_LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
+      { id: REPLAY_LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
+    ],
+  });
+  const { tokens, nats, monitor, laneway, profileDir } = systems;
   // The orchestrator's own connection reads stream state between runs, never during one.
   const nc = await connect({ servers: nats.url, name: "bench-orchestrator" });
   const jsm = await jetstreamManager(nc);
   const laneStream = streamName(NAMESPACE, PUBLISH_LANE);
   const replayStream = streamName(NAMESPACE, REPLAY_LANE);
   const messagesIn = async (stream: string) => (await jsm.streams.info(stream)).state.messages;
-  const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
-  /** A process's CPU time so far (user + system), µs. */
-  const cpuOf = async (pid: number) => {
-    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return ((Number(fields[11]) + Number(fields[12])) / ticksPerSecond) * 1e6;
-  };
-  const cpuNow = async () => ({ laneway: await cpuOf(laneway.child.pid!), nats: await cpuOf(nats.pid) });
+  const cpuNow = async () => ({ laneway: await processCpuUs(laneway.child.pid), nats: await processCpuUs(nats.pid) });
 
   async function counters(): Promise<Counters> {
     const varz = (await (await fetch(`${monitor}/varz`)).json()) as { in_msgs: number; out_msgs: number };
@@ -438,19 +400,6 @@ export async function lanesPublish(): Promise<void> {
     );
   } finally {
     await nc.close();
-    await laneway.stop();
-    await nats.stop();
-    await rm(dir, { recursive: true, force: true });
+    await systems.stop();
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolvePort(port));
-    });
-  });
 }

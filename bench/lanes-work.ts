@@ -67,12 +67,7 @@
  * BENCH_SECONDS (default 3) sets the length of a run; BENCH_ROUNDS
  * (default 3) the rounds. Nothing is asserted.
  */
-import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer, type AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -83,8 +78,7 @@ import { DeliveryState, LaneService, RecordKind } from "../gen/laneway/lane/v1/l
 import { createLanewayTransport } from "../src/client/transport.js";
 import { streamName } from "../src/lanes/index.js";
 import { groupBucket, groupKey } from "../src/lanes/names.js";
-import { EmbeddedNatsServer } from "../src/nats/index.js";
-import { benchSeconds, median, printTable, runJson, startListening } from "./harness.js";
+import { benchPayload, benchSeconds, median, printTable, processCpuUs, runJson, startLanesBench } from "./harness.js";
 import { newestProfile, summarizeProfile, type ProfileWindow } from "./lanes-work-profile.js";
 
 const NAMESPACE = "bench";
@@ -151,44 +145,20 @@ interface Run {
   laneConsumers: number;
 }
 
-/** A printable 200-byte payload, the same bytes in every system (as lanes-publish uses). */
-function benchPayload(): Uint8Array {
-  const base = JSON.stringify({ sensor: "bench-sensor-0001", celsius: [21.5, 21.7, 21.6, 21.9], note: "" });
-  return Buffer.from(base.replace('"note":""', `"note":"${"x".repeat(PAYLOAD_BYTES - base.length)}"`), "utf8");
-}
 
 export async function lanesWork(): Promise<void> {
   const seconds = benchSeconds(3);
   const rounds = Math.max(1, Number(process.env.BENCH_ROUNDS) || 3);
   const started = Date.now();
-  const dir = await mkdtemp(join(tmpdir(), "laneway-bench-work-"));
-  const tokens = { ATLAS_LANE_TOKEN: randomBytes(32).toString("hex"), BEACON_LANE_TOKEN: randomBytes(32).toString("hex") };
-  const payload = benchPayload();
-  const monitorPort = await freePort();
-  const nats = await EmbeddedNatsServer.start({ storeDir: join(dir, "nats"), extraConfig: { http: `127.0.0.1:${monitorPort}` } });
-  const monitor = `http://127.0.0.1:${monitorPort}`;
-  const lanesPath = join(dir, "lanes.json");
-  await writeFile(
-    lanesPath,
-    JSON.stringify({
-      namespace: NAMESPACE,
-      principals: [
-        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-      ],
-      lanes: [{ id: LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"], groups: { [GROUP]: ["beacon"] }, recoverers: { [GROUP]: ["beacon"] } }],
-      ack_retention: `${ACK_RETENTION_S}s`,
-      max_ledger: MAX_LEDGER,
-      max_pending: 512,
-    }),
-  );
-  const profileDir = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined;
-  const laneway = await startListening(
-    "src/cli/main.ts",
-    ["serve", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "data"), "--nats-url", nats.url, "--lanes-config", lanesPath],
-    tokens,
-    profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] : [],
-  );
+  const payload = benchPayload(PAYLOAD_BYTES);
+  const systems = await startLanesBench("work", {
+    namespace: NAMESPACE,
+    lanes: [{ id: LANE, owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"], groups: { [GROUP]: ["beacon"] }, recoverers: { [GROUP]: ["beacon"] } }],
+    ack_retention: `${ACK_RETENTION_S}s`,
+    max_ledger: MAX_LEDGER,
+    max_pending: 512,
+  });
+  const { tokens, nats, monitor, laneway, profileDir } = systems;
   let lanewayStopped = false;
   // The orchestrator's own connections publish backlogs and read state between runs, never during one.
   const nc = await connect({ servers: nats.url, name: "bench-orchestrator" });
@@ -214,18 +184,6 @@ export async function lanesWork(): Promise<void> {
   const redis = new Redis({ ...REDIS, lazyConnect: true, maxRetriesPerRequest: 1 });
   let queue: Queue | undefined;
 
-  const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
-  /** A process's CPU time so far (user + system), µs; 0 when it cannot be read. */
-  const cpuOf = async (pid: number | undefined) => {
-    if (pid === undefined) return 0;
-    try {
-      const stat = await readFile(`/proc/${pid}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      return ((Number(fields[11]) + Number(fields[12])) / ticksPerSecond) * 1e6;
-    } catch {
-      return 0;
-    }
-  };
   const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 
   try {
@@ -269,9 +227,9 @@ export async function lanesWork(): Promise<void> {
     };
     const apiTotal = async () => ((await (await fetch(`${monitor}/jsz`)).json()) as { api?: { total?: number } }).api?.total ?? 0;
     const processCpu = async () => ({
-      lanewayCpu: await cpuOf(laneway.child.pid),
-      natsCpu: await cpuOf(nats.pid),
-      redisCpu: await cpuOf(redisPid),
+      lanewayCpu: await processCpuUs(laneway.child.pid),
+      natsCpu: await processCpuUs(nats.pid),
+      redisCpu: await processCpuUs(redisPid),
       redisCommands: await redisInfo("stats", "total_commands_processed"),
     });
     // The orchestrator's own broker requests fall outside each window: before them in `after`, after them in `before`.
@@ -635,19 +593,6 @@ export async function lanesWork(): Promise<void> {
     }
     redis.disconnect();
     await nc.close();
-    if (!lanewayStopped) await laneway.stop();
-    await nats.stop();
-    await rm(dir, { recursive: true, force: true });
+    await systems.stop({ lanewayStopped });
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolvePort(port));
-    });
-  });
 }

@@ -27,7 +27,6 @@
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createClient, type Client } from "@connectrpc/connect";
@@ -37,19 +36,9 @@ import { HiveHubService } from "../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport, type LanewayTransport } from "../src/client/transport.js";
 import { initHive, NativeKeyPair, renderMemberGrant, userClaims, type GrantDecision } from "../src/swarm/index.js";
-import { benchSeconds, median, percentile, printTable, startListening } from "./harness.js";
+import { benchSeconds, freePort, median, percentile, printTable, startListening } from "./harness.js";
 
 const MEMBERS = 8;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 async function startRedis(): Promise<{ url: string; stop(): void }> {
   const port = await freePort();

@@ -2,7 +2,12 @@
  * `laneway serve` for Kmap fault tests: a child process on an existing data
  * directory that may pause before it listens.
  */
-import { ClientPool, collectLines, spawnLaneway, type TestTokens } from "./laneway.js";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { expect } from "vitest";
+import { CommandEventKind } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import { ClientPool, collectLines, spawnLaneway, startLanewayProcess, type ChildLaneway, type TestTokens } from "./laneway.js";
 import { pausedAt, processState } from "./pause-points.js";
 import { waitFor } from "./wait-for.js";
 /** `laneway serve` as a child process that may pause (SIGSTOP) before it listens. */
@@ -76,3 +81,38 @@ export async function startKmapProcess(options: { dataDir: string; tokens: TestT
     kill,
   };
 }
+
+/** The kinds of change-log events, by name. */
+export const kindsOf = (events: readonly { kind: CommandEventKind }[] | undefined) => (events ?? []).map((e) => CommandEventKind[e.kind]);
+
+/**
+ * The processes and data directories of a Kmap crash test file: `laneway
+ * serve` child processes (without lanes, with a pause point when asked) on
+ * data directories the file owns. Call `cleanup()` after each test.
+ */
+export function kmapCrashRuns(prefix: string) {
+  const running: ChildLaneway[] = [];
+  const dataDirs: string[] = [];
+  return {
+    async newDataDir(): Promise<string> {
+      const dir = await mkdtemp(join(tmpdir(), `laneway-kmap-${prefix}-`));
+      dataDirs.push(dir);
+      return dir;
+    },
+    async start(dataDir: string, tokens: TestTokens, pauseAt?: string): Promise<ChildLaneway> {
+      const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: pauseAt ? { LANEWAY_PAUSE_AT: pauseAt } : {} });
+      running.push(laneway);
+      return laneway;
+    },
+    /** SIGKILLs the process and checks it was the kill that ended it (it had not crashed on its own). */
+    async killHard(laneway: ChildLaneway): Promise<void> {
+      laneway.clients.closeAll();
+      expect(await laneway.kill("SIGKILL"), laneway.stderr.join("\n")).toEqual({ code: null, signal: "SIGKILL" });
+    },
+    async cleanup(): Promise<void> {
+      for (const laneway of running.splice(0)) await laneway.remove();
+      for (const dir of dataDirs.splice(0)) await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+

@@ -8,6 +8,7 @@
  * own broker.
  */
 import { timestampMs } from "@bufbuild/protobuf/wkt";
+import { expect } from "vitest";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -250,4 +251,22 @@ export async function ledgerValue(url: string, namespace: string, lane: string, 
   } finally {
     await nc.close();
   }
+}
+
+/** Retries a call until the broker answers again; every failure meanwhile must be broker trouble (`lane_unavailable`, `lane_timeout`). */
+export async function whenBack<T>(call: () => Promise<T>): Promise<T> {
+  const seen = new Set<string>();
+  const result = await waitFor(
+    async () => {
+      try {
+        return { value: await call() };
+      } catch (error) {
+        seen.add(reasonOf(ConnectError.from(error)) ?? "none");
+        return undefined;
+      }
+    },
+    { timeoutMs: 60_000, intervalMs: 100, what: "the broker to answer again" },
+  );
+  expect([...seen].filter((r) => r !== "lane_unavailable" && r !== "lane_timeout")).toEqual([]);
+  return result.value;
 }

@@ -1,5 +1,3 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, expect, test } from "vitest";
 import { ConnectError } from "@connectrpc/connect";
@@ -10,7 +8,8 @@ import { verifyCommands, verifyNodes } from "../helpers/kmap-invariants.js";
 import { KmapModel, submitPlanned, type PlannedCommand } from "../helpers/kmap-model.js";
 import { processState, waitUntilPaused } from "../helpers/pause-points.js";
 import { holdWriteLock } from "../helpers/sqlite-lock.js";
-import { generateTokens, startLanewayProcess, type ChildLaneway, type TestTokens } from "../helpers/laneway.js";
+import { generateTokens } from "../helpers/laneway.js";
+import { kindsOf, kmapCrashRuns } from "../helpers/kmap-process.js";
 import { waitFor } from "../helpers/wait-for.js";
 
 /**
@@ -33,26 +32,10 @@ import { waitFor } from "../helpers/wait-for.js";
  * main thread, which prints the pause line and stops the whole process.
  */
 
-const running: ChildLaneway[] = [];
-const dataDirs: string[] = [];
+const runs = kmapCrashRuns("boundary");
+const { start } = runs;
 
-afterEach(async () => {
-  for (const laneway of running.splice(0)) await laneway.remove();
-  for (const dir of dataDirs.splice(0)) await rm(dir, { recursive: true, force: true });
-});
-
-async function start(dataDir: string, tokens: TestTokens, pauseAt?: string): Promise<ChildLaneway> {
-  const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: pauseAt ? { LANEWAY_PAUSE_AT: pauseAt } : {} });
-  running.push(laneway);
-  return laneway;
-}
-
-async function killHard(laneway: ChildLaneway): Promise<void> {
-  laneway.clients.closeAll();
-  expect(await laneway.kill("SIGKILL"), laneway.stderr.join("\n")).toEqual({ code: null, signal: "SIGKILL" });
-}
-
-const kindsOf = (events: readonly { kind: CommandEventKind }[] | undefined) => (events ?? []).map((e) => CommandEventKind[e.kind]);
+afterEach(() => runs.cleanup());
 
 /** Submits in order until `signal` aborts; returns the commands left without an answer. */
 async function submitInOrder(clients: KmapClients, commands: readonly PlannedCommand[], signal: AbortSignal, answered: Map<string, SubmitCommandResponse>) {
@@ -69,8 +52,7 @@ async function submitInOrder(clients: KmapClients, commands: readonly PlannedCom
 }
 
 test("after-commit-and-applying: a group committed and the next command applying in one transaction, then SIGKILL", { timeout: 120_000 }, async () => {
-  const dataDir = await mkdtemp(join(tmpdir(), "laneway-kmap-boundary-"));
-  dataDirs.push(dataDir);
+  const dataDir = await runs.newDataDir();
   const tokens = generateTokens();
   const model = new KmapModel();
   const answered = new Map<string, SubmitCommandResponse>();
@@ -94,7 +76,7 @@ test("after-commit-and-applying: a group committed and the next command applying
   const pause = await waitUntilPaused(laneway);
   expect(pause).toEqual({ point: "after-commit-and-applying", id: batch[3]!.id });
   expect(await processState(laneway.pid)).toBe("T");
-  await killHard(laneway);
+  await runs.killHard(laneway);
 
   laneway = await start(dataDir, tokens);
   clients = kmapClients(laneway);
@@ -113,8 +95,7 @@ test("after-commit-and-applying: a group committed and the next command applying
 });
 
 test("after-queued: a durable group not yet answered, then SIGKILL; the resubmission finds it", { timeout: 120_000 }, async () => {
-  const dataDir = await mkdtemp(join(tmpdir(), "laneway-kmap-boundary-"));
-  dataDirs.push(dataDir);
+  const dataDir = await runs.newDataDir();
   const tokens = generateTokens();
   const model = new KmapModel();
   const answered = new Map<string, SubmitCommandResponse>();
@@ -127,7 +108,7 @@ test("after-queued: a durable group not yet answered, then SIGKILL; the resubmis
   const unanswered = await submitInOrder(clients, commands, stop.signal, answered);
   expect(await paused).toEqual({ point: "after-queued", id: commands[2]!.id });
   expect(unanswered.map((p) => p.id)).toEqual([commands[2]!.id, commands[3]!.id]);
-  await killHard(laneway);
+  await runs.killHard(laneway);
 
   laneway = await start(dataDir, tokens);
   clients = kmapClients(laneway);

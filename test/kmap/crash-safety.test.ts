@@ -11,7 +11,7 @@ import { CommandEventKind, type SubmitCommandResponse } from "../../gen/laneway/
 import { isTerminalState, kmapClients, listAllRecords, waitUntilTerminal, type KmapClients } from "../helpers/kmap-clients.js";
 import { verifyCommands, verifyNodes } from "../helpers/kmap-invariants.js";
 import { KmapModel, submitPlanned, type PlannedCommand } from "../helpers/kmap-model.js";
-import { startKmapProcess, type KmapProcess } from "../helpers/kmap-process.js";
+import { kindsOf, startKmapProcess, type KmapProcess } from "../helpers/kmap-process.js";
 import { pausedAt, processState, waitUntilPaused } from "../helpers/pause-points.js";
 import { SeededRandom } from "../helpers/seeded-random.js";
 import { holdWriteLock } from "../helpers/sqlite-lock.js";
@@ -135,7 +135,6 @@ async function stopCleanly(laneway: Killable): Promise<void> {
   expect(exit, laneway.stderr.join("\n")).toEqual({ code: 0, signal: null });
 }
 
-const kindsOf = (events: readonly { kind: CommandEventKind }[] | undefined) => (events ?? []).map((e) => CommandEventKind[e.kind]);
 
 describe("SIGKILL at a named point, then restart", () => {
   // Three seed creations come first (occurrences 1–3 of every point), then

@@ -1,5 +1,3 @@
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, expect, test } from "vitest";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
@@ -9,7 +7,8 @@ import { verifyCommands, verifyNodes } from "../helpers/kmap-invariants.js";
 import { KmapModel, submitPlanned } from "../helpers/kmap-model.js";
 import { processState, waitUntilPaused } from "../helpers/pause-points.js";
 import { holdWriteLock } from "../helpers/sqlite-lock.js";
-import { generateTokens, startLanewayProcess, type ChildLaneway, type TestTokens } from "../helpers/laneway.js";
+import { generateTokens } from "../helpers/laneway.js";
+import { kindsOf, kmapCrashRuns } from "../helpers/kmap-process.js";
 import { waitFor } from "../helpers/wait-for.js";
 
 /**
@@ -37,21 +36,10 @@ import { waitFor } from "../helpers/wait-for.js";
  * history, not applied again.
  */
 
-const running: ChildLaneway[] = [];
-const dataDirs: string[] = [];
+const runs = kmapCrashRuns("group");
+const { start } = runs;
 
-afterEach(async () => {
-  for (const laneway of running.splice(0)) await laneway.remove();
-  for (const dir of dataDirs.splice(0)) await rm(dir, { recursive: true, force: true });
-});
-
-async function start(dataDir: string, tokens: TestTokens, pauseAt?: string): Promise<ChildLaneway> {
-  const laneway = await startLanewayProcess({ dataDir, tokens, lanesConfig: false, env: pauseAt ? { LANEWAY_PAUSE_AT: pauseAt } : {} });
-  running.push(laneway);
-  return laneway;
-}
-
-const kindsOf = (events: readonly { kind: CommandEventKind }[] | undefined) => (events ?? []).map((e) => CommandEventKind[e.kind]);
+afterEach(() => runs.cleanup());
 
 /** The group is batch[0..4]; batch[5] is stale once batch[1] applied, so it ends the group; batch[6] follows alone. */
 const GROUP = 5;
@@ -95,8 +83,7 @@ const deferredHead = (kinds: readonly string[], rest: readonly string[]) => {
 
 for (const { pauseAt, pausedIndex, why, committedBeforeKill } of cases) {
   test(`${pauseAt}: ${why}`, { timeout: 120_000 }, async () => {
-    const dataDir = await mkdtemp(join(tmpdir(), "laneway-kmap-group-"));
-    dataDirs.push(dataDir);
+    const dataDir = await runs.newDataDir();
     const tokens = generateTokens();
     const model = new KmapModel();
     const answered = new Map<string, SubmitCommandResponse>();

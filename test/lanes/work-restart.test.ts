@@ -5,8 +5,7 @@ import { LaneService, type GroupState } from "../../gen/laneway/lane/v1/lane_ser
 import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
 import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, deliveriesView, inspectGroup, publishWork, receiptOf, workOn } from "../helpers/work.js";
+import { claimOne, deliveriesView, inspectGroup, publishWork, receiptOf, workOn, whenBack } from "../helpers/work.js";
 
 /**
  * Work groups across restarts, Laneway in this process on a test-owned
@@ -80,23 +79,6 @@ function stateOf(group: GroupState) {
   };
 }
 
-/** Retries a call until the broker answers again; every failure meanwhile must be broker trouble. */
-async function whenBack<T>(call: () => Promise<T>): Promise<T> {
-  const seen = new Set<string>();
-  const result = await waitFor(
-    async () => {
-      try {
-        return { value: await call() };
-      } catch (error) {
-        seen.add(reasonOf(ConnectError.from(error)) ?? "none");
-        return undefined;
-      }
-    },
-    { timeoutMs: 60_000, intervalMs: 100, what: "the broker to answer again" },
-  );
-  expect([...seen].filter((r) => r !== "lane_unavailable" && r !== "lane_timeout")).toEqual([]);
-  return result.value;
-}
 
 test("a restarted Laneway finds the group as it was: leases taken before still belong to their receipts, acks stay idempotent, nacked work is retried, fresh work continues", async () => {
   const records = await publishWork(atlas, "durable", ["d-1", "d-2", "d-3", "d-4"]);

@@ -6,7 +6,7 @@ import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "..
 import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, codeAndReason, deliveriesView, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased } from "../helpers/work.js";
+import { claimOne, codeAndReason, deliveriesView, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased, whenBack } from "../helpers/work.js";
 
 /**
  * Reusable slots at the shared bucket's growth boundary: a namespace whose
@@ -93,23 +93,6 @@ function cursorThrough(g: GroupState): bigint {
   return g.cursor + 1n < g.firstRetained ? g.firstRetained - 1n : g.cursor;
 }
 
-/** Retries a call while the broker is coming back; every failure meanwhile must be broker trouble. */
-async function whenBack<T>(call: () => Promise<T>): Promise<T> {
-  const seen = new Set<string>();
-  const result = await waitFor(
-    async () => {
-      try {
-        return { value: await call() };
-      } catch (error) {
-        seen.add(reasonOf(ConnectError.from(error)) ?? "none");
-        return undefined;
-      }
-    },
-    { timeoutMs: 60_000, intervalMs: 100, what: "the broker to answer again" },
-  );
-  expect([...seen].filter((r) => r !== "lane_unavailable" && r !== "lane_timeout")).toEqual([]);
-  return result.value;
-}
 
 test("five empty groups polled before any publication each reserve one reusable slot; a sixth group is refused admission with lane_capacity", async () => {
   for (let n = 1; n <= 5; n++) {

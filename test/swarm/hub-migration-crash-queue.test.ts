@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { MigrationOutcome } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { legacyQueueStreamName, queueMarkSubject, type Bus, type WorkItem } from "../../src/swarm/bus/index.js";
+import { legacyQueueStreamName, queueMarkSubject, type WorkItem } from "../../src/swarm/bus/index.js";
 import { queueStream } from "../../src/swarm/index.js";
-import type { HubHive } from "./bus/hub-fixture.js";
 import { startCrashHarness, type CrashHarness } from "./bus/migration-crash-harness.js";
 
 /**
@@ -16,15 +15,9 @@ import { startCrashHarness, type CrashHarness } from "./bus/migration-crash-harn
  */
 
 let harness: CrashHarness;
-let hive: HubHive;
-let legacy: Bus;
-let killDuring: CrashHarness["killDuring"];
-let afterRestart: CrashHarness["afterRestart"];
-let markOf: CrashHarness["markOf"];
 
 beforeAll(async () => {
   harness = await startCrashHarness();
-  ({ hive, legacy, killDuring, afterRestart, markOf } = harness);
 }, 60_000);
 
 afterAll(async () => {
@@ -37,18 +30,18 @@ describe("queue", () => {
     ["after a batch was taken, before it was copied", "migration-after-take:2", "crash-q2", 2],
   ])("killed %s: the repeat moves every item exactly once", async (_name, pauseAt, swarm, heldAttempt) => {
     const name = `swarm.${swarm}.ready.eng`;
-    const queue = await legacy.queue(name);
+    const queue = await harness.legacy.queue(name);
     for (let i = 0; i < 600; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => queue.offer({ swarm, job: i + j })));
-    const paused = await killDuring({ case: "queue", value: { swarm, name } }, pauseAt);
+    const paused = await harness.killDuring({ case: "queue", value: { swarm, name } }, pauseAt);
     expect(paused).toEqual({ point: pauseAt.split(":")[0], id: "queue:257" });
-    expect(await markOf(queueStream(swarm, "eng").name, queueMarkSubject(swarm, "eng"))).toBe("pending");
-    const member = await hive.memberBus(`hive-${swarm}`, [swarm]);
+    expect(await harness.markOf(queueStream(swarm, "eng").name, queueMarkSubject(swarm, "eng"))).toBe("pending");
+    const member = await harness.hive.memberBus(`hive-${swarm}`, [swarm]);
     await expect(member.bus.forSwarm(swarm).queue(name)).rejects.toThrow("scoped queue migration is incomplete");
 
     // The repeat waits out the legacy consumer's ack wait for the batch the killed hub held.
-    const result = await afterRestart((hub) => hub.migrateQueue({ swarm, name }));
+    const result = await harness.afterRestart((hub) => hub.migrateQueue({ swarm, name }));
     expect(result.progress).toMatchObject({ complete: true, outcome: MigrationOutcome.MOVED });
-    expect(await markOf(queueStream(swarm, "eng").name, queueMarkSubject(swarm, "eng"))).toBe("complete");
+    expect(await harness.markOf(queueStream(swarm, "eng").name, queueMarkSubject(swarm, "eng"))).toBe("complete");
     const scoped = await member.bus.forSwarm(swarm).queue(name);
     const items: WorkItem[] = [];
     for (;;) {
@@ -62,6 +55,6 @@ describe("queue", () => {
     expect(items.find((item) => item.event?.job === 300)!.attempt).toBe(heldAttempt);
     expect(items.find((item) => item.event?.job === 0)!.attempt).toBe(1);
     expect(items.find((item) => item.event?.job === 599)!.attempt).toBe(1);
-    expect((await (await hive.admin()).jsm.streams.info(legacyQueueStreamName(name))).state.messages).toBe(0);
+    expect((await (await harness.hive.admin()).jsm.streams.info(legacyQueueStreamName(name))).state.messages).toBe(0);
   });
 });

@@ -1,9 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { MigrationOutcome } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { deadMarkSubject, stateMarkSubject, type Bus } from "../../src/swarm/bus/index.js";
+import { deadMarkSubject, stateMarkSubject } from "../../src/swarm/bus/index.js";
 import { deadStream, GLOBAL_STREAMS, stateStream } from "../../src/swarm/index.js";
-import type { HubHive } from "./bus/hub-fixture.js";
 import { startCrashHarness, type CrashHarness } from "./bus/migration-crash-harness.js";
 
 /**
@@ -18,15 +17,9 @@ import { startCrashHarness, type CrashHarness } from "./bus/migration-crash-harn
  */
 
 let harness: CrashHarness;
-let hive: HubHive;
-let legacy: Bus;
-let killDuring: CrashHarness["killDuring"];
-let afterRestart: CrashHarness["afterRestart"];
-let markOf: CrashHarness["markOf"];
 
 beforeAll(async () => {
   harness = await startCrashHarness();
-  ({ hive, legacy, killDuring, afterRestart, markOf } = harness);
 }, 60_000);
 
 afterAll(async () => {
@@ -38,21 +31,21 @@ describe("state", () => {
     ["mid-copy", "migration-after-copy:3", "crash-s1"],
     ["after the copy and the legacy purge, before the mark completed", "migration-before-complete", "crash-s2"],
   ])("killed %s: the repeat completes with every revision once", async (_name, pauseAt, swarm) => {
-    const { nc, jsm } = await hive.admin();
+    const { nc, jsm } = await harness.hive.admin();
     const kv = await new Kvm(nc).create("spoke-pending", { history: 64 });
     for (let i = 0; i < 6; i++) await kv.put(`${swarm}-k${i % 2}`, `v${i}`);
     const keys = [`${swarm}-k0`, `${swarm}-k1`];
-    const paused = await killDuring({ case: "state", value: { swarm, bucket: "spoke-pending", keys } }, pauseAt);
+    const paused = await harness.killDuring({ case: "state", value: { swarm, bucket: "spoke-pending", keys } }, pauseAt);
     expect(paused.point).toBe(pauseAt.split(":")[0]);
     const target = stateStream(swarm, "spoke-pending").name;
     // The mark is still pending, even when everything was copied and purged.
-    expect(await markOf(target, stateMarkSubject(swarm, "spoke-pending"))).toBe("pending");
-    const member = await hive.memberBus(`hive-${swarm}`, [swarm]);
+    expect(await harness.markOf(target, stateMarkSubject(swarm, "spoke-pending"))).toBe("pending");
+    const member = await harness.hive.memberBus(`hive-${swarm}`, [swarm]);
     await expect(member.bus.forSwarm(swarm).state("spoke-pending")).rejects.toThrow("scoped state migration is incomplete");
 
-    const result = await afterRestart((hub) => hub.migrateState({ swarm, bucket: "spoke-pending", keys }));
+    const result = await harness.afterRestart((hub) => hub.migrateState({ swarm, bucket: "spoke-pending", keys }));
     expect(result.progress).toMatchObject({ total: 6n, complete: true, outcome: MigrationOutcome.MOVED });
-    expect(await markOf(target, stateMarkSubject(swarm, "spoke-pending"))).toBe("complete");
+    expect(await harness.markOf(target, stateMarkSubject(swarm, "spoke-pending"))).toBe("complete");
     const state = await member.bus.forSwarm(swarm).state("spoke-pending");
     expect((await state.history(`${swarm}-k0`)).map((e) => e.string())).toEqual(["v0", "v2", "v4"]);
     expect((await state.history(`${swarm}-k1`)).map((e) => e.string())).toEqual(["v1", "v3", "v5"]);
@@ -64,18 +57,18 @@ describe("state", () => {
 
 test("dead letters: killed mid-copy, the repeat completes with every letter once", async () => {
   const swarm = "crash-d";
-  const { js, jsm } = await hive.admin();
+  const { js, jsm } = await harness.hive.admin();
   for (let i = 0; i < 4; i++) await js.publish(`dead.${swarm}`, JSON.stringify({ swarm, id: i }));
-  const paused = await killDuring({ case: "dead", value: { swarm } }, "migration-after-copy:2");
+  const paused = await harness.killDuring({ case: "dead", value: { swarm } }, "migration-after-copy:2");
   expect(paused.point).toBe("migration-after-copy");
-  expect(await markOf(deadStream(swarm).name, deadMarkSubject(swarm))).toBe("pending");
+  expect(await harness.markOf(deadStream(swarm).name, deadMarkSubject(swarm))).toBe("pending");
 
-  const result = await afterRestart((hub) => hub.migrateDead({ swarm }));
+  const result = await harness.afterRestart((hub) => hub.migrateDead({ swarm }));
   expect(result.progress).toMatchObject({ total: 4n, complete: true, outcome: MigrationOutcome.MOVED, sourceStream: GLOBAL_STREAMS.legacyDead });
   expect(result.progress!.copied + result.progress!.skipped).toBe(4n);
   expect(result.progress!.skipped).toBe(2n);
-  expect(await markOf(deadStream(swarm).name, deadMarkSubject(swarm))).toBe("complete");
-  const member = await hive.memberBus(`hive-${swarm}`, [swarm]);
+  expect(await harness.markOf(deadStream(swarm).name, deadMarkSubject(swarm))).toBe("complete");
+  const member = await harness.hive.memberBus(`hive-${swarm}`, [swarm]);
   const page = await member.bus.forSwarm(swarm).readDeadLetters();
   expect(page.messages.map((m) => m.event?.id)).toEqual([0, 1, 2, 3]);
   // Four letters and the mark.
