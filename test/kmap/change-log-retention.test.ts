@@ -65,11 +65,15 @@ async function take(events: AsyncGenerator<CommandEvent>, count: number): Promis
 test("the oldest changes are pruned past the retention; a watch from a pruned position fails with where to resume", { timeout: 60_000 }, async () => {
   const directory = await newDirectory();
   const core = await openCore(directory, 20);
-  await submitAndFinish(core, 1, 30); // 90 changes
+  // Each command records at least its Queued and its Committed change; how
+  // many Applying changes lie between depends on how the runtime grouped
+  // the applies, which is timing, not contract.
+  await submitAndFinish(core, 1, 30);
   // Pruning runs as the runtime works; after the last command it has caught up.
   await waitFor(() => core.queue.status().oldestPosition > 1, { what: "pruning" });
   const { oldestPosition, latestPosition } = core.queue.status();
-  expect(latestPosition).toBe(90);
+  expect(latestPosition).toBeGreaterThanOrEqual(60);
+  expect(latestPosition).toBeLessThanOrEqual(90);
   expect(latestPosition - oldestPosition + 1).toBeLessThanOrEqual(21);
 
   const signal = AbortSignal.timeout(30_000);
