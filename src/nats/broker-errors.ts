@@ -358,3 +358,99 @@ function isSocketError(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException).code;
   return typeof code === "string" && /^E(CONN|PIPE|HOSTUNREACH|NETUNREACH|TIMEDOUT|ADDR)/.test(code);
 }
+
+/**
+ * Why a live connection to the broker ended, when it can be told. Each is a
+ * fixed name, safe to log: the texts it is read from (the server's `-ERR`
+ * line, its log) can hold addresses, subjects and user names, and are never
+ * logged themselves.
+ * - `broker_exited`: the embedded nats-server process ended.
+ * - `slow_consumer`: the server cut the connection off because Laneway did
+ *   not read what it sent fast enough (only its log says so: the server
+ *   sends no `-ERR` for it).
+ * - `stale_connection`: the server closed the connection because Laneway
+ *   did not answer its pings.
+ * - `server_unresponsive`: the server did not answer Laneway's pings.
+ * - `authorization_violation`, `authentication_timeout`,
+ *   `authentication_expired`, `authentication_revoked`: the server refused
+ *   the credential.
+ * - `max_connections_exceeded`, `max_payload_violation`,
+ *   `max_subscriptions_exceeded`: a server limit.
+ * - `protocol_violation`: the server could not parse what it received.
+ * - `server_error`: another `-ERR` from the server.
+ * - `lame_duck_mode`: the server announced that it is shutting down.
+ * - `closed_by_server`: the server closed the socket without saying why.
+ * - `socket_error`: the socket failed (reset, broken pipe, timeout).
+ */
+export type DisconnectReason =
+  | "broker_exited"
+  | "slow_consumer"
+  | "stale_connection"
+  | "server_unresponsive"
+  | "authorization_violation"
+  | "authentication_timeout"
+  | "authentication_expired"
+  | "authentication_revoked"
+  | "max_connections_exceeded"
+  | "max_payload_violation"
+  | "max_subscriptions_exceeded"
+  | "protocol_violation"
+  | "server_error"
+  | "lame_duck_mode"
+  | "closed_by_server"
+  | "socket_error";
+
+/** Reasons that mean the broker cut Laneway off or is gone, not an ordinary server restart. */
+const severeDisconnects: ReadonlySet<DisconnectReason> = new Set<DisconnectReason>([
+  "broker_exited",
+  "slow_consumer",
+  "stale_connection",
+  "server_unresponsive",
+  "authorization_violation",
+  "authentication_timeout",
+  "authentication_expired",
+  "authentication_revoked",
+  "max_connections_exceeded",
+  "max_payload_violation",
+  "max_subscriptions_exceeded",
+  "protocol_violation",
+  "server_error",
+]);
+
+/** Whether a lost connection with this reason is logged as an error (otherwise a warning). */
+export function isSevereDisconnect(reason: DisconnectReason | undefined): boolean {
+  return reason !== undefined && severeDisconnects.has(reason);
+}
+
+/** The server's texts (`-ERR` lines of nats-server 2.9 and later, and its log messages), in the order they are tried. */
+const serverTexts: readonly (readonly [RegExp, DisconnectReason])[] = [
+  [/slow consumer/i, "slow_consumer"],
+  [/stale (client )?connection/i, "stale_connection"],
+  [/authorization violation/i, "authorization_violation"],
+  [/authentication timeout/i, "authentication_timeout"],
+  [/authentication revoked/i, "authentication_revoked"],
+  [/authentication expired/i, "authentication_expired"],
+  [/maximum (account )?connections exceeded/i, "max_connections_exceeded"],
+  [/maximum payload/i, "max_payload_violation"],
+  [/maximum subscriptions exceeded/i, "max_subscriptions_exceeded"],
+  [/parser error|unknown protocol operation|invalid client protocol/i, "protocol_violation"],
+];
+
+/**
+ * Classifies the text of a server `-ERR` that ended a connection (as nats.js
+ * reports it: the quoted text without its quotes). Unknown texts are
+ * `server_error`. Only the returned name may be logged, never the text.
+ */
+export function classifyServerError(text: string): DisconnectReason {
+  return classifyServerText(text) ?? "server_error";
+}
+
+/**
+ * Classifies one message of the server's own log about a client connection
+ * (e.g. `Slow Consumer Detected: WriteDeadline of 10s exceeded …`);
+ * undefined for a message that does not explain a disconnect.
+ */
+export function classifyServerText(text: string): DisconnectReason | undefined {
+  for (const [pattern, reason] of serverTexts) if (pattern.test(text)) return reason;
+  return undefined;
+}

@@ -6,6 +6,8 @@
  *   nats-server.conf   the generated config (rewritten on every start)
  *   ports/             nats-server's ports file (emptied on every start)
  *   nats-server.pid    its pid, so a restart can stop an orphaned predecessor
+ *   nats-server.log    the server's own log, rotated by size; at most a few
+ *                      rotated copies are kept (see server-log-file.ts)
  *   jetstream/         the JetStream store
  *
  * Readiness, and why: the server writes `nats-server_<pid>.ports` (JSON with
@@ -34,9 +36,19 @@ import {
   EmbeddedServerStartTimeoutError,
   NatsServerNotInstalledError,
 } from "./embedded-server-errors.js";
+import type { DisconnectReason } from "./broker-errors.js";
 import { LogTail } from "./log-tail.js";
 import { renderNatsConfig, type NatsConfig } from "./nats-config.js";
 import { inspectNatsServerBinary, resolveNatsServerBinary, testNatsConfig } from "./nats-server-binary.js";
+import {
+  clientCloseReason,
+  DEFAULT_LOG_FILE_BYTES,
+  DEFAULT_ROTATED_LOG_FILES,
+  keepRotatedLogsBounded,
+  pruneRotatedLogs,
+  SERVER_LOG_FILE,
+  serverLogLines,
+} from "./server-log-file.js";
 
 /**
  * Default `max_payload` (8 MiB). NATS' own default is 1 MiB; lanes need room
@@ -69,6 +81,10 @@ export interface EmbeddedNatsServerOptions {
   startTimeoutMs?: number;
   /** How many log lines to keep for diagnostics. Default 200. */
   logTailLines?: number;
+  /** Size at which the server rotates `nats-server.log`. Default {@link DEFAULT_LOG_FILE_BYTES} (10 MiB). */
+  logFileBytes?: number;
+  /** Rotated log files kept beside the current one. Default {@link DEFAULT_ROTATED_LOG_FILES} (4). */
+  rotatedLogFiles?: number;
 }
 
 /** How the process ended. */
@@ -94,6 +110,8 @@ export class EmbeddedNatsServer {
   readonly storeDir: string;
   /** The generated config file. */
   readonly configPath: string;
+  /** The server's own log file (`<storeDir>/nats-server.log`; rotated copies beside it). */
+  readonly logFile: string;
   /** The binary that was started. */
   readonly binary: string;
   /** Server version from `--version`, when readable. */
@@ -112,6 +130,7 @@ export class EmbeddedNatsServer {
     port: number;
     storeDir: string;
     configPath: string;
+    logFile: string;
     binary: string;
     serverVersion: string | undefined;
     syncAlways: boolean;
@@ -126,6 +145,7 @@ export class EmbeddedNatsServer {
     this.url = `nats://${formatHost(init.host)}:${init.port}`;
     this.storeDir = init.storeDir;
     this.configPath = init.configPath;
+    this.logFile = init.logFile;
     this.binary = init.binary;
     this.serverVersion = init.serverVersion;
     this.syncAlways = init.syncAlways;
@@ -149,10 +169,13 @@ export class EmbeddedNatsServer {
     const portsDir = join(storeDir, "ports");
     const configPath = join(storeDir, "nats-server.conf");
     const pidFile = join(storeDir, "nats-server.pid");
+    const logFile = join(storeDir, SERVER_LOG_FILE);
+    const rotatedKept = Math.max(0, options.rotatedLogFiles ?? DEFAULT_ROTATED_LOG_FILES);
     const startTimeoutMs = options.startTimeoutMs ?? 30_000;
 
     await mkdir(storeDir, { recursive: true });
     await stopStalePredecessor(pidFile, configPath);
+    await pruneRotatedLogs(storeDir, rotatedKept);
     // A ports file left by a killed predecessor must not be mistaken for ours.
     await rm(portsDir, { recursive: true, force: true });
     await mkdir(portsDir, { recursive: true });
@@ -165,6 +188,8 @@ export class EmbeddedNatsServer {
       max_payload: maxPayload,
       ports_file_dir: portsDir,
       pid_file: pidFile,
+      log_file: logFile,
+      logfile_size_limit: Math.max(1, options.logFileBytes ?? DEFAULT_LOG_FILE_BYTES),
       jetstream: {
         store_dir: storeDir,
         ...(caps.supportsSyncInterval ? { sync_interval: "always" } : {}),
@@ -182,6 +207,7 @@ export class EmbeddedNatsServer {
     // not stop the broker before Laneway drains; see process-lifetime.ts.
     const child = spawn(binary, ["-c", configPath], { stdio: ["ignore", "pipe", "pipe"], detached: true });
     const watchdog = child.pid === undefined ? undefined : watchParentLifetime(child.pid);
+    const rotation = keepRotatedLogsBounded(storeDir, rotatedKept);
     child.stdout?.on("data", (chunk: Buffer) => logs.write(chunk));
     child.stderr?.on("data", (chunk: Buffer) => logs.write(chunk));
     let spawnError: Error | undefined;
@@ -197,7 +223,14 @@ export class EmbeddedNatsServer {
     void exit.then(() => {
       liveChildren.delete(child);
       watchdog?.kill("SIGKILL");
+      rotation.close();
     });
+    // Once the server's logger is set up it writes to the file, not to
+    // stderr: a failed start's diagnostics are read back from there.
+    const withFileLines = async () => {
+      if (child.pid !== undefined) for (const line of await serverLogLines(storeDir, child.pid, options.logTailLines ?? 200)) logs.write(`${line}\n`);
+      return logs.lines();
+    };
 
     let port: number;
     try {
@@ -207,12 +240,12 @@ export class EmbeddedNatsServer {
         if (spawnError !== undefined && child.pid === undefined) {
           throw new NatsServerNotInstalledError(binary, { cause: spawnError });
         }
-        throw new EmbeddedServerExitedError(err.exit.code, err.exit.signal, logs.lines());
+        throw new EmbeddedServerExitedError(err.exit.code, err.exit.signal, await withFileLines());
       }
       if (err instanceof NotReadyInTime) {
         child.kill("SIGKILL");
         await exit;
-        throw new EmbeddedServerStartTimeoutError(startTimeoutMs, logs.lines());
+        throw new EmbeddedServerStartTimeoutError(startTimeoutMs, await withFileLines());
       }
       child.kill("SIGKILL");
       throw err;
@@ -227,6 +260,7 @@ export class EmbeddedNatsServer {
       port,
       storeDir,
       configPath,
+      logFile,
       binary,
       serverVersion: caps.version,
       syncAlways: caps.supportsSyncInterval,
@@ -251,9 +285,23 @@ export class EmbeddedNatsServer {
     return this.#exit;
   }
 
-  /** The last log lines, for operators' diagnostics only (may contain addresses and paths). */
+  /**
+   * What the process wrote to stdout and stderr (a panic's trace, a config
+   * error), for operators' diagnostics only (may contain addresses and
+   * paths). Its log proper is in {@link EmbeddedNatsServer.logFile}.
+   */
   logTail(): string[] {
     return this.#logs.lines();
+  }
+
+  /**
+   * Why this server closed client connection `clientId` (its `cid`), when
+   * its log file says so: e.g. `slow_consumer`, for which the server sends
+   * the client no `-ERR`.
+   */
+  clientCloseReason(clientId: number): Promise<DisconnectReason | undefined> {
+    const pid = this.#child.pid;
+    return pid === undefined ? Promise.resolve(undefined) : clientCloseReason(this.storeDir, pid, clientId);
   }
 
   /**

@@ -22,6 +22,10 @@ export interface StartNatsServerOptions {
   serverName?: string;
   /** Binary override (default as in production: env, PATH, /usr/sbin). */
   binary?: string;
+  /** Size at which the server rotates its log file (default as in production). */
+  logFileBytes?: number;
+  /** Rotated log files kept (default as in production). */
+  rotatedLogFiles?: number;
 }
 
 /** A test's own nats-server. */

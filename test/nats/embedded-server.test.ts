@@ -1,4 +1,5 @@
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { connect as connectTcp } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -13,7 +14,9 @@ import {
   NatsServerNotInstalledError,
 } from "../../src/nats/index.js";
 import { inspectNatsServerBinary, NATS_SERVER_BIN_ENV, resolveNatsServerBinary } from "../../src/nats/nats-server-binary.js";
+import { rotatedLogFiles, SERVER_LOG_FILE } from "../../src/nats/server-log-file.js";
 import { removeAllNatsServers, startNatsServer } from "../helpers/nats-server.js";
+import { waitFor } from "../helpers/wait-for.js";
 
 afterAll(removeAllNatsServers);
 
@@ -24,6 +27,29 @@ function processExists(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * Opens a raw client connection with a wrong password and waits for the
+ * server's answer: each such attempt is one `authentication error` line in
+ * the server's log. Resolves with the connection's `cid`.
+ */
+function failedLogin(port: number): Promise<number> {
+  return new Promise((resolveLogin, reject) => {
+    const socket = connectTcp({ host: "127.0.0.1", port });
+    let received = "";
+    let clientId = -1;
+    socket.on("error", reject);
+    socket.on("data", (chunk: Buffer) => {
+      received += chunk.toString("utf8");
+      if (clientId < 0 && received.includes("\r\n")) {
+        clientId = (JSON.parse(received.slice(5, received.indexOf("\r\n"))) as { client_id: number }).client_id;
+        socket.write('CONNECT {"user":"nobody","pass":"wrong","verbose":false}\r\nPING\r\n');
+      }
+      if (received.includes("-ERR")) socket.destroy();
+    });
+    socket.on("close", () => resolveLogin(clientId));
+  });
 }
 
 describe("embedded nats-server", () => {
@@ -118,6 +144,78 @@ describe("embedded nats-server", () => {
     expect(handle.running).toBe(false);
   });
 
+  it("writes its own log to nats-server.log in the store directory, rotated by size, keeping only the newest rotated files", async () => {
+    const limit = 2_048;
+    const handle = await startNatsServer({
+      extraConfig: { authorization: { user: "someone", password: "a-password-of-the-test" } },
+      logFileBytes: limit,
+      rotatedLogFiles: 2,
+    });
+    const logFile = join(handle.storeDir, SERVER_LOG_FILE);
+    expect(handle.server.logFile).toBe(logFile);
+    expect(await readFile(logFile, "utf8")).toMatch(new RegExp(`^\\[${handle.pid}\\] .*Server is ready$`, "m"));
+
+    // Log lines until the file has rotated so often that its first copy
+    // (the one with the startup banner) has been removed.
+    const everyFile = async () => [logFile, ...(await rotatedLogFiles(handle.storeDir)).map((name) => join(handle.storeDir, name))];
+    let attempts = 0;
+    await waitFor(
+      async () => {
+        for (let i = 0; i < 20; i++) await failedLogin(handle.port);
+        attempts += 20;
+        if (attempts > 5_000) throw new Error("the log did not rotate");
+        const rotated = await rotatedLogFiles(handle.storeDir);
+        if (rotated.length < 2) return false;
+        const contents = await Promise.all((await everyFile()).map((file) => readFile(file, "utf8")));
+        return contents.every((text) => !text.includes("Starting nats-server"));
+      },
+      { timeoutMs: 120_000, what: "the first rotated log file to be removed" },
+    );
+    // The bound holds: the current file and at most two rotated ones, each near the size limit.
+    await waitFor(async () => (await rotatedLogFiles(handle.storeDir)).length <= 2, { what: "the rotated files to be pruned" });
+    for (const file of await everyFile()) expect((await stat(file)).size, file).toBeLessThan(limit + 1_024);
+    const current = await readFile(logFile, "utf8");
+    expect(current).toMatch(new RegExp(`^\\[${handle.pid}\\] .*\\[ERR\\] .* - cid:\\d+ - authentication error$`, "m"));
+    // A restart keeps the bound too.
+    await handle.restart();
+    expect((await rotatedLogFiles(handle.storeDir)).length).toBeLessThanOrEqual(2);
+    expect(await readFile(logFile, "utf8")).toMatch(new RegExp(`^\\[${handle.pid}\\] .*Server is ready$`, "m"));
+    await handle.remove();
+  }, 180_000);
+
+  it("tells why it closed a client connection when its log says so: a slow consumer", async () => {
+    // A reader that stops reading (its socket paused) while a publisher floods its subscription.
+    // max_payload must not exceed max_pending.
+    const handle = await startNatsServer({ maxPayload: 512 * 1024, extraConfig: { max_pending: 1_048_576 } });
+    const reader = connectTcp({ host: "127.0.0.1", port: handle.port });
+    const info = await new Promise<string>((resolveInfo) => reader.once("data", (chunk: Buffer) => resolveInfo(chunk.toString("utf8"))));
+    const clientId = (JSON.parse(info.slice(5, info.indexOf("\r\n"))) as { client_id: number }).client_id;
+    reader.write('CONNECT {"verbose":false,"name":"stalled-reader"}\r\nSUB flood.> 1\r\nPING\r\n');
+    await new Promise<void>((resolvePong) => reader.once("data", () => resolvePong()));
+    reader.pause();
+    reader.on("error", () => {});
+    expect(await handle.server.clientCloseReason(clientId)).toBeUndefined();
+
+    const nc = await connect({ servers: handle.url, reconnect: false });
+    try {
+      const chunk = new Uint8Array(256 * 1024);
+      await waitFor(
+        async () => {
+          for (let i = 0; i < 16; i++) nc.publish("flood.data", chunk);
+          await nc.flush();
+          return (await handle.server.clientCloseReason(clientId)) === "slow_consumer";
+        },
+        { timeoutMs: 120_000, what: "the server to cut the stalled reader off" },
+      );
+    } finally {
+      await nc.close();
+      reader.destroy();
+    }
+    // Another connection's id has no such message.
+    expect(await handle.server.clientCloseReason(clientId + 1000)).toBeUndefined();
+    await handle.remove();
+  });
+
   it("reports a missing binary with a one-line install hint", async () => {
     const dir = await mkdtemp(join(tmpdir(), "laneway-nats-missing-"));
     try {
@@ -157,7 +255,8 @@ describe("embedded nats-server", () => {
       const err = await EmbeddedNatsServer.start({ storeDir: dir, port: first.port }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(EmbeddedServerExitedError);
       const exited = err as EmbeddedServerExitedError;
-      expect(exited.logTail.length).toBeGreaterThan(0);
+      // Read back from the server's log file, which it writes instead of stderr.
+      expect(exited.logTail.join("\n")).toContain("address already in use");
       expect(exited.message).not.toContain(String(first.port));
       expect(exited.message).not.toContain("127.0.0.1");
       expect(exited.message).not.toContain("\n");
