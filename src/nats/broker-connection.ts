@@ -22,10 +22,10 @@ import { readFile } from "node:fs/promises";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamManager, JetStreamOptions } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
-import { connect, credsAuthenticator, nkeyAuthenticator } from "@nats-io/transport-node";
-import type { Authenticator, NatsConnection } from "@nats-io/transport-node";
+import { connect, credsAuthenticator, nkeyAuthenticator, PermissionViolationError } from "@nats-io/transport-node";
+import type { Authenticator, NatsConnection, Status } from "@nats-io/transport-node";
 
-import { BrokerUnavailableError, classifyNatsError, type NatsFailure } from "./broker-errors.js";
+import { BrokerUnavailableError, classifyNatsError, classifyServerError, type DisconnectReason, type NatsFailure } from "./broker-errors.js";
 
 /** Lifecycle of a {@link BrokerConnection}. */
 export type BrokerState = "connecting" | "connected" | "disconnected" | "closed";
@@ -41,6 +41,13 @@ export interface BrokerStateChange {
    * report: fixed message and typed fields; never log its `cause`).
    */
   readonly failure: NatsFailure | undefined;
+  /**
+   * On the change from `connected` to `disconnected`: why the live
+   * connection ended, when it can be told (the server's `-ERR`, missed
+   * pings, what {@link BrokerConnectionOptions.explainDisconnect} found);
+   * undefined otherwise.
+   */
+  readonly disconnect?: DisconnectReason | undefined;
 }
 
 /** Reconnect delays: `initialMs` doubling up to `maxMs`, each with jitter. */
@@ -100,6 +107,13 @@ export interface BrokerConnectionOptions {
    * unavailable. Default true. Turn off for users not allowed `$JS.API.INFO`.
    */
   verifyJetStream?: boolean;
+  /**
+   * Asked when the server closed a live connection without saying why (no
+   * `-ERR`, no missed pings): the embedded server's supervisor answers from
+   * the process's state and the server's log (`broker_exited`,
+   * `slow_consumer`). `clientId` is the connection's `cid` on the server.
+   */
+  explainDisconnect?: (clientId: number | undefined) => Promise<DisconnectReason | undefined>;
 }
 
 type Listener = (change: BrokerStateChange) => void;
@@ -294,18 +308,39 @@ export class BrokerConnection {
     this.#attempt = tracked;
   }
 
-  /** Reacts when the live connection closes by itself. */
+  /** Reacts when the live connection closes by itself, saying why when it can be told. */
   #watch(): void {
     const live = this.#live;
     if (live === undefined) return;
-    void live.nc.closed().then((err) => {
+    // What the server said (a fatal -ERR), missed pings, lame duck mode:
+    // the first wins. An -ERR the server does not always close for (an
+    // unknown text, too many subscriptions) only counts when nothing better
+    // explains the close.
+    let told: DisconnectReason | undefined;
+    let hinted: DisconnectReason | undefined;
+    void (async () => {
+      for await (const status of live.nc.status()) {
+        const reason = disconnectReasonOf(status);
+        if (reason === "server_error" || reason === "max_subscriptions_exceeded") hinted = reason;
+        else told ??= reason;
+      }
+    })().catch(() => undefined);
+    void live.nc.closed().then(async (err) => {
       if (this.#live !== live) return; // closed by close() or replaced
       this.#live = undefined;
       if (this.#state === "closed") return;
       const failure =
         err === undefined ? new BrokerUnavailableError("connection_closed") : classifyNatsError(err);
+      // Status events queued before the close are read first.
+      await new Promise((resolve) => setImmediate(resolve));
+      let disconnect = told;
+      if (disconnect === undefined) {
+        const explained = await this.#options.explainDisconnect?.(live.nc.info?.client_id).catch(() => undefined);
+        disconnect = explained ?? hinted ?? (isSocketFailure(err) ? "socket_error" : "closed_by_server");
+      }
+      if ((this.#state as BrokerState) === "closed") return;
       this.#lastFailure = failure;
-      this.#setState("disconnected", failure);
+      this.#setState("disconnected", failure, disconnect);
       this.#schedule();
     });
   }
@@ -318,12 +353,12 @@ export class BrokerConnection {
     this.#timer.unref();
   }
 
-  #setState(state: BrokerState, failure: NatsFailure | undefined): void {
+  #setState(state: BrokerState, failure: NatsFailure | undefined, disconnect?: DisconnectReason): void {
     const previous = this.#state;
     if (previous === state) return;
     if (previous === "closed") return; // terminal
     this.#state = state;
-    const change: BrokerStateChange = { state, previous, generation: this.#generation, failure };
+    const change: BrokerStateChange = { state, previous, generation: this.#generation, failure, disconnect };
     for (const listener of [...this.#listeners]) {
       try {
         listener(change);
@@ -345,6 +380,27 @@ export function backoffDelay(failures: number, options: BackoffOptions = {}): nu
   const jitter = Math.min(1, Math.max(0, options.jitter ?? 0.5));
   const base = Math.min(max, initial * 2 ** Math.min(failures, 30));
   return Math.round(base * (1 - jitter * Math.random()));
+}
+
+/** What a nats.js status event says about why the connection is ending, if anything. */
+function disconnectReasonOf(status: Status): DisconnectReason | undefined {
+  switch (status.type) {
+    case "error":
+      // A permission violation refuses one publish or subscription; the connection stays.
+      return status.error instanceof PermissionViolationError ? undefined : classifyServerError(status.error.message);
+    case "staleConnection":
+      return "server_unresponsive";
+    case "ldm":
+      return "lame_duck_mode";
+    default:
+      return undefined;
+  }
+}
+
+/** A socket failure (reset, broken pipe, timeout) as nats.js passes it to `closed()`. */
+function isSocketFailure(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return typeof code === "string" && /^E[A-Z]+/.test(code);
 }
 
 async function drainBounded(nc: NatsConnection, timeoutMs: number): Promise<boolean> {

@@ -64,6 +64,8 @@ describe("BrokerConnection", () => {
       expect(changes.some((c) => c.state === "disconnected")).toBe(true);
       const lost = changes.find((c) => c.state === "disconnected");
       expect(lost?.failure).toBeInstanceOf(BrokerUnavailableError);
+      // Killed outright, the server said nothing: the socket just closed (or was reset).
+      expect(["closed_by_server", "socket_error"]).toContain(lost?.disconnect);
 
       await server.restart();
       await waitFor(() => broker.state === "connected", { what: "reconnect" });
@@ -153,6 +155,8 @@ describe("BrokerConnection", () => {
       maxPingOut: 2,
       jetstream: { timeout: 300 },
     });
+    const changes: BrokerStateChange[] = [];
+    broker.onStateChange((c) => changes.push(c));
     try {
       await server.pause();
       const outcome = await broker
@@ -166,6 +170,7 @@ describe("BrokerConnection", () => {
       expect(["timeout", "unavailable"]).toContain((outcome as { kind: string }).kind);
       await waitFor(() => broker.state !== "connected", { what: "stale connection detected" });
       expect(() => broker.jetstream()).toThrow(BrokerUnavailableError);
+      expect(changes.find((c) => c.state === "disconnected")?.disconnect).toBe("server_unresponsive");
       await server.resume();
       await waitFor(() => broker.state === "connected", { what: "reconnect after resume" });
       expect((await broker.jetstreamManager().getAccountInfo()).streams).toBe(0);
