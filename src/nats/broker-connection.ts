@@ -318,6 +318,8 @@ export class BrokerConnection {
     // explains the close.
     let told: DisconnectReason | undefined;
     let hinted: DisconnectReason | undefined;
+    // Read now: nats.js forgets the server's INFO once the connection is closed.
+    const clientId = live.nc.info?.client_id;
     void (async () => {
       for await (const status of live.nc.status()) {
         const reason = disconnectReasonOf(status);
@@ -335,7 +337,7 @@ export class BrokerConnection {
       await new Promise((resolve) => setImmediate(resolve));
       let disconnect = told;
       if (disconnect === undefined) {
-        const explained = await this.#options.explainDisconnect?.(live.nc.info?.client_id).catch(() => undefined);
+        const explained = await this.#options.explainDisconnect?.(clientId).catch(() => undefined);
         disconnect = explained ?? hinted ?? (isSocketFailure(err) ? "socket_error" : "closed_by_server");
       }
       if ((this.#state as BrokerState) === "closed") return;
