@@ -9,6 +9,8 @@ import {
   BrokerTimeoutError,
   BrokerUnavailableError,
   classifyNatsError,
+  classifyServerError,
+  isSevereDisconnect,
   JetStreamErrorCode,
   JetStreamRejectedError,
   type NatsFailure,
@@ -160,5 +162,36 @@ describe("classifyNatsError on real server errors", () => {
     const e = new BrokerUnavailableError("not_connected");
     expect(classifyNatsError(e)).toBe(e);
     expect(classifyNatsError(new Error("boom 127.0.0.1")).message).not.toContain("127.0.0.1");
+  });
+});
+
+describe("classifyServerError on the texts nats-server closes a connection with", () => {
+  it("names each known -ERR and log message with a fixed reason, and anything else server_error", () => {
+    const cases: [string, string][] = [
+      ["Stale Connection", "stale_connection"],
+      ["Stale Client Connection - Closing", "stale_connection"],
+      ["Slow Consumer Detected: WriteDeadline of 10s exceeded with 2 chunks of 524308 total bytes.", "slow_consumer"],
+      ["Slow Consumer Detected: MaxPending of 67108864 Exceeded", "slow_consumer"],
+      ["Authorization Violation", "authorization_violation"],
+      ["Authentication Timeout", "authentication_timeout"],
+      ["User Authentication Expired", "authentication_expired"],
+      ["Account Authentication Expired", "authentication_expired"],
+      ["User Authentication Revoked", "authentication_revoked"],
+      ["maximum connections exceeded", "max_connections_exceeded"],
+      ["Maximum Account Connections Exceeded", "max_connections_exceeded"],
+      ["Maximum Payload Violation", "max_payload_violation"],
+      ["Maximum Subscriptions Exceeded", "max_subscriptions_exceeded"],
+      ["Unknown Protocol Operation", "protocol_violation"],
+      ["Parser Error", "protocol_violation"],
+      ["something new from a later server at 10.1.2.3:4222", "server_error"],
+    ];
+    for (const [text, reason] of cases) expect(classifyServerError(text), text).toBe(reason);
+  });
+
+  it("logs a cut-off as an error and an ordinary close as a warning", () => {
+    for (const reason of ["broker_exited", "slow_consumer", "stale_connection", "server_unresponsive", "authorization_violation", "server_error"] as const) {
+      expect(isSevereDisconnect(reason), reason).toBe(true);
+    }
+    for (const reason of ["closed_by_server", "socket_error", "lame_duck_mode", undefined] as const) expect(isSevereDisconnect(reason), reason).toBe(false);
   });
 });
