@@ -14,7 +14,8 @@ import { lanewayVersion } from "./version.js";
  * Exit codes: 0 after a clean shutdown on SIGTERM/SIGINT (every in-flight
  * call finished, the Kmap runtime stopped and SQLite closed, NATS closed,
  * the embedded nats-server stopped); 1 when shutdown had to cancel calls or
- * a step failed, when a core failed at run time (the Kmap runtime), or when
+ * a step failed, when a core failed at run time (the Kmap runtime) or the
+ * embedded nats-server exited and could not be restarted, or when
  * startup failed; 2 for configuration errors.
  * Diagnostics never print raw backend errors, broker addresses or secrets.
  */

@@ -66,3 +66,20 @@ export class EmbeddedServerStartTimeoutError extends EmbeddedServerError {
     super(`nats-server did not become ready within ${timeoutMs} ms`);
   }
 }
+
+/**
+ * The embedded nats-server exited and could not be started again within
+ * the supervisor's attempts. `cause` is the last attempt's failure (log
+ * its class and code only).
+ */
+export class EmbeddedServerRestartError extends EmbeddedServerError {
+  override readonly name = "EmbeddedServerRestartError";
+
+  constructor(
+    /** Restart attempts made since the server last ran stably. */
+    readonly attempts: number,
+    options?: ErrorOptions,
+  ) {
+    super(`the embedded nats-server could not be restarted (${attempts} attempt${attempts === 1 ? "" : "s"})`, options);
+  }
+}

@@ -75,3 +75,18 @@ function signal(pid: number, name: NodeJS.Signals): void {
     // Already gone.
   }
 }
+
+/**
+ * Whether process `pid` has ended: gone from /proc, or a zombie (exited,
+ * its parent not yet told). The kernel closes a dying process's sockets
+ * before it turns zombie, so a peer that reads the end of a connection can
+ * ask this at once and be answered correctly.
+ */
+export async function processHasEnded(pid: number): Promise<boolean> {
+  try {
+    const stat = await readFile(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) === "Z";
+  } catch {
+    return true;
+  }
+}

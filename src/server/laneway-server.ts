@@ -9,7 +9,15 @@ import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { file_laneway_errors_v1_errors } from "../../gen/laneway/errors/v1/errors_pb.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import { adoptGlobalAccountStore, BrokerConnection, EmbeddedNatsServer, loadOrCreateServiceCredential, serviceAuthorization } from "../nats/index.js";
+import {
+  adoptGlobalAccountStore,
+  BrokerConnection,
+  loadOrCreateServiceCredential,
+  logBrokerState,
+  serviceAuthorization,
+  SupervisedNatsServer,
+  type SupervisedNatsServerOptions,
+} from "../nats/index.js";
 import { hiveBrokerSetup } from "../swarm/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
@@ -76,14 +84,15 @@ export class LanewayServer {
   readonly natsSyncAlways: boolean | undefined;
   /**
    * Settles with the error that ended a core the server cannot run without
-   * (the Kmap command runtime); the owner should close the server and exit
+   * (the Kmap command runtime), or with the embedded nats-server's when it
+   * cannot be restarted; the owner should close the server and exit
    * non-zero so that a supervisor restarts it and the restart recovers.
    */
   readonly fatal: Promise<Error>;
 
   readonly #listener: DualProtocolListener;
   readonly #broker: BrokerConnection;
-  readonly #embedded: EmbeddedNatsServer | undefined;
+  readonly #embedded: SupervisedNatsServer | undefined;
   readonly #cores: readonly { readonly name: string; readonly core: OpenCore }[];
   readonly #drain: AbortController;
   readonly #shutdown: AbortController;
@@ -97,7 +106,7 @@ export class LanewayServer {
     health: HealthStatus;
     listener: DualProtocolListener;
     broker: BrokerConnection;
-    embedded: EmbeddedNatsServer | undefined;
+    embedded: SupervisedNatsServer | undefined;
     cores: readonly { readonly name: string; readonly core: OpenCore }[];
     drain: AbortController;
     fatal: Promise<Error>;
@@ -130,7 +139,7 @@ export class LanewayServer {
 
     const started: { close(): Promise<unknown> }[] = [];
     try {
-      let embedded: EmbeddedNatsServer | undefined;
+      let embedded: SupervisedNatsServer | undefined;
       let servers = server.natsServers;
       let credentialsFile = server.natsCredentialsFile;
       // With the hive enabled (`laneway hive init`; demo mode enables it),
@@ -138,32 +147,28 @@ export class LanewayServer {
       // of its own account, which no hive member can reach.
       const hive = await hiveBrokerSetup(server.dataDir, { initialize: server.demo && servers === undefined });
       if (servers !== undefined && credentialsFile === undefined && hive) credentialsFile = hive.lanewayCredentialsFile;
-      if (servers === undefined && hive) {
+      if (servers === undefined) {
         const storeDir = join(server.dataDir, "nats");
         await mkdir(storeDir, { recursive: true, mode: 0o700 });
-        if (await adoptGlobalAccountStore(storeDir, hive.lanewayAccount)) log.info("the JetStream store moved into Laneway's own account for the hive's operator mode");
-        credentialsFile = hive.lanewayCredentialsFile;
-        embedded = await EmbeddedNatsServer.start({
-          storeDir,
-          binary: server.natsServerBin,
-          host: hive.listen.host,
-          port: hive.listen.port,
-          extraConfig: await hive.config(join(storeDir, "jwt")),
-        });
-        started.push({ close: () => embedded!.stop() });
-        servers = [embedded.url];
-      } else if (servers === undefined) {
-        // Only Laneway may reach its embedded broker: it admits one nkey
-        // user, whose seed Laneway keeps in the data directory (mode 0600).
-        const storeDir = join(server.dataDir, "nats");
-        await mkdir(storeDir, { recursive: true, mode: 0o700 });
-        const credential = await loadOrCreateServiceCredential(join(storeDir, "laneway-service.nk"));
-        credentialsFile = credential.seedPath;
-        embedded = await EmbeddedNatsServer.start({
-          storeDir,
-          binary: server.natsServerBin,
-          extraConfig: { authorization: serviceAuthorization(credential) },
-        });
+        let supervision: Omit<SupervisedNatsServerOptions, "log">;
+        if (hive) {
+          if (await adoptGlobalAccountStore(storeDir, hive.lanewayAccount)) log.info("the JetStream store moved into Laneway's own account for the hive's operator mode");
+          credentialsFile = hive.lanewayCredentialsFile;
+          const resolverDir = join(storeDir, "jwt");
+          supervision = {
+            server: { storeDir, binary: server.natsServerBin, host: hive.listen.host, port: hive.listen.port, extraConfig: await hive.config(resolverDir) },
+            // A restart preloads the accounts as they are then (revocations included).
+            refresh: async () => ({ extraConfig: await hive.config(resolverDir) }),
+          };
+        } else {
+          // Only Laneway may reach its embedded broker: it admits one nkey
+          // user, whose seed Laneway keeps in the data directory (mode 0600).
+          const credential = await loadOrCreateServiceCredential(join(storeDir, "laneway-service.nk"));
+          credentialsFile = credential.seedPath;
+          supervision = { server: { storeDir, binary: server.natsServerBin, extraConfig: { authorization: serviceAuthorization(credential) } } };
+        }
+        // Both modes: restarted on the same store and port if it exits.
+        embedded = await SupervisedNatsServer.start({ ...supervision, log: log.child({ component: "embedded-nats" }) });
         started.push({ close: () => embedded!.stop() });
         servers = [embedded.url];
       }
@@ -181,6 +186,7 @@ export class LanewayServer {
         // The embedded server is ours and already up; an external one may
         // come later, and health reports it meanwhile.
         initialConnect: embedded ? "fail" : "retry",
+        ...(embedded ? { explainDisconnect: (clientId: number | undefined) => embedded!.disconnectReason(clientId) } : {}),
       });
       started.push({ close: () => broker.close() });
 
@@ -202,12 +208,8 @@ export class LanewayServer {
         health.set(NATS_HEALTH_NAME, broker.state === "connected" ? "SERVING" : "NOT_SERVING");
         refreshOverall();
       };
-      broker.onStateChange(() => {
-        if (broker.state === "connected") log.info("NATS connection is available", { generation: broker.generation });
-        else if (broker.state === "closed") log.info("NATS connection closed");
-        else log.warn("NATS connection is not available", { state: broker.state });
-        refreshBroker();
-      });
+      logBrokerState(broker, log);
+      broker.onStateChange(refreshBroker);
       refreshBroker();
 
       const shutdown = new AbortController();
@@ -239,8 +241,14 @@ export class LanewayServer {
       const members: MemberSecretResolver | undefined = cores.find(({ core }) => core.members)?.core.members;
       const authenticator = new Authenticator({ projectTokens, operatorToken: server.adminToken, members, access });
 
-      // The first core to fail at run time ends the server.
-      const fatal = Promise.race(cores.flatMap(({ core }) => (core.fatal ? [core.fatal] : [])).concat(new Promise<Error>(() => {})));
+      // The first core to fail at run time, or an embedded broker that
+      // cannot be restarted, ends the server.
+      const fatal = Promise.race(
+        cores
+          .flatMap(({ core }) => (core.fatal ? [core.fatal] : []))
+          .concat(embedded ? [embedded.fatal] : [])
+          .concat(new Promise<Error>(() => {})),
+      );
 
       const routes = (router: ConnectRouter) => {
         for (const { name, core } of cores) {
