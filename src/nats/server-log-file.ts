@@ -83,8 +83,9 @@ export function keepRotatedLogsBounded(dir: string, keep: number, base = SERVER_
   };
   let watcher: FSWatcher | undefined;
   try {
-    watcher = watch(dir, { persistent: false }, (_event, name) => {
-      if (name === null || (typeof name === "string" && name.startsWith(`${base}.`))) prune();
+    // A rotation renames the full file: only renames matter (not every write to the log).
+    watcher = watch(dir, { persistent: false }, (event, name) => {
+      if (event === "rename" && (name === null || name.startsWith(`${base}.`))) prune();
     });
     watcher.on("error", () => {});
   } catch {

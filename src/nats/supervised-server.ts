@@ -183,9 +183,10 @@ export class SupervisedNatsServer {
         signal: exit.signal ?? undefined,
         uptimeMs,
       });
-      this.#restarting = this.#restart(server).finally(() => {
-        this.#restarting = undefined;
+      const restarting: Promise<void> = this.#restart(server).finally(() => {
+        if (this.#restarting === restarting) this.#restarting = undefined;
       });
+      this.#restarting = restarting;
     });
   }
 
