@@ -3,7 +3,7 @@ import { silentLogger, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
 import { LaneError } from "./errors.js";
 import { LaneStore } from "./lane-store.js";
-import { LaneWatchers } from "./lane-watcher.js";
+import { LaneWatchers, type LaneHold } from "./lane-watcher.js";
 import { openNamespace, type Namespace } from "./namespace.js";
 import { Publisher, type BatchOutcome, type PublishOutcome } from "./publisher.js";
 import { LaneRegistry } from "./registry.js";
@@ -102,8 +102,24 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           throw new LaneError("lane_capacity", `project ${project} already follows ${held} lanes at once; close one (at most ${MAX_FOLLOWERS_PER_PROJECT})`);
         }
         followers.set(project, held + 1);
-        const hold = await watchers.hold(lane);
+        let left = false;
+        let hold: LaneHold | undefined;
+        // The follower's slot and its hold on the lane's watcher go as soon
+        // as the signal aborts, not only when the generator finishes: a
+        // stream whose client stopped reading is suspended at its yield,
+        // and once its connection is closed nothing may ever resume it.
+        const leave = () => {
+          if (left) return;
+          left = true;
+          hold?.release();
+          const now = (followers.get(project) ?? 1) - 1;
+          if (now === 0) followers.delete(project);
+          else followers.set(project, now);
+        };
+        signal.addEventListener("abort", leave, { once: true });
         try {
+          hold = await watchers.hold(lane);
+          if (left) hold.release();
           let position = cursor;
           let started = false;
           while (!signal.aborted) {
@@ -121,10 +137,8 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
             if (!woken && !signal.aborted) yield { events: [], cursor: position };
           }
         } finally {
-          hold.release();
-          const now = (followers.get(project) ?? 1) - 1;
-          if (now === 0) followers.delete(project);
-          else followers.set(project, now);
+          signal.removeEventListener("abort", leave);
+          leave();
         }
       },
       claim: (project, lane, group, max, waitMs, signal) => groups.claim(project, lane, group, max, waitMs, signal),
