@@ -14,10 +14,11 @@ import { LaneError } from "./errors.js";
 import { ReadBudget } from "./read-budget.js";
 
 /**
- * The lanes core's one door to JetStream: streams, direct reads, ordered
- * reads and the KV buckets, over Laneway's broker connection, with every
- * broker operation bounded by the namespace's `operation_timeout` and by the
- * caller's cancellation.
+ * The lanes core's one door to JetStream: streams, direct reads,
+ * flow-controlled reads in sequence order and the KV buckets, over one
+ * broker connection (the lanes core has one store per connection), with
+ * every broker operation bounded by the namespace's `operation_timeout` and
+ * by the caller's cancellation.
  *
  * Broker failures become LaneErrors here and nowhere else: an unavailable
  * broker, a full stream or an account limit is `lane_unavailable` (never an
