@@ -330,8 +330,8 @@ export class LaneStore {
             else if (bytes >= maxBytes) settle({ end: "bytes" });
             return;
           }
+          // No heartbeats are asked for: every status ends the pull.
           const status = message.headers?.code ?? 0;
-          if (status === 100) return; // a heartbeat (none is asked for)
           if (status === 409 && /exceeds maxbytes/i.test(message.headers?.description ?? "")) {
             if (records.length === 0) return settle({ error: new Error("a record of a lane stream is larger than the stream's max_msg_size") });
             return settle({ end: "bytes" });
