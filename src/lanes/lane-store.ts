@@ -1,7 +1,7 @@
 import { AckPolicy, DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamManager, StreamConfig, StreamInfo } from "@nats-io/jetstream";
 import { Bucket, Kvm, type KV, type KvEntry } from "@nats-io/kv";
-import { createInbox, nanos, type Msg, type NatsConnection } from "@nats-io/transport-node";
+import { createInbox, nanos, nuid, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import {
   BrokerConnection,
   BrokerUnavailableError,
@@ -257,14 +257,19 @@ export class LaneStore {
       async () => {
         const { jsm } = await this.#current();
         const nc = this.broker.connection();
-        // Ack none, in memory, one replica: a cursor on the broker, nothing more.
+        // Ack none, in memory, one replica: a cursor on the broker, nothing
+        // more. Named, as nats.js names its ordered consumers: on a cluster
+        // an unnamed (legacy ephemeral) create is answered only by the
+        // stream's leader, and after an election it timed out for a minute.
         const consumer = await jsm.consumers.add(stream, {
+          name: `lw_${nuid.next()}`,
           deliver_policy: DeliverPolicy.StartSequence,
           opt_start_seq: from,
           ack_policy: AckPolicy.None,
           mem_storage: true,
           num_replicas: 1,
           inactive_threshold: nanos(60_000),
+          max_deliver: 1,
         });
         const records: StoredRecord[] = [];
         try {
