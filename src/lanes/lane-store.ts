@@ -258,9 +258,8 @@ export class LaneStore {
         const { jsm } = await this.#current();
         const nc = this.broker.connection();
         // Ack none, in memory, one replica: a cursor on the broker, nothing
-        // more. Named, as nats.js names its ordered consumers: on a cluster
-        // an unnamed (legacy ephemeral) create is answered only by the
-        // stream's leader, and after an election it timed out for a minute.
+        // more, created (named) with the settings nats.js gives its ordered
+        // consumers, which reads used before they were flow-controlled.
         const consumer = await jsm.consumers.add(stream, {
           name: `lw_${nuid.next()}`,
           deliver_policy: DeliverPolicy.StartSequence,
