@@ -291,6 +291,8 @@ describe("followers whose clients stop reading", () => {
     );
     expect(writes.failures).toEqual([]);
     expect(brokerLosses(laneway)).toEqual([]);
-    expect(peak - peakBefore).toBeLessThan(160 * 2 ** 20);
+    // Measured 60–120 MiB; buffering the lane for each stalled stream would be
+    // 4 x 48 MiB stored, before any decoded or serialized copy.
+    expect(peak - peakBefore).toBeLessThan(224 * 2 ** 20);
   }, 300_000);
 });
