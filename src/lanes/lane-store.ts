@@ -1,20 +1,24 @@
-import { DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamManager, StreamConfig, StreamInfo } from "@nats-io/jetstream";
 import { Bucket, Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { createInbox, nanos, nuid, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import {
   BrokerConnection,
+  BrokerUnavailableError,
   classifyNatsError,
   JetStreamErrorCode,
   JetStreamRejectedError,
   type NatsFailure,
 } from "../nats/index.js";
 import { LaneError } from "./errors.js";
+import { ReadBudget } from "./read-budget.js";
 
 /**
- * The lanes core's one door to JetStream: streams, direct reads, ordered
- * reads and the KV buckets, over Laneway's broker connection, with every
- * broker operation bounded by the namespace's `operation_timeout` and by the
- * caller's cancellation.
+ * The lanes core's one door to JetStream: streams, direct reads,
+ * flow-controlled reads in sequence order and the KV buckets, over one
+ * broker connection (the lanes core has one store per connection), with
+ * every broker operation bounded by the namespace's `operation_timeout` and
+ * by the caller's cancellation.
  *
  * Broker failures become LaneErrors here and nowhere else: an unavailable
  * broker, a full stream or an account limit is `lane_unavailable` (never an
@@ -46,8 +50,35 @@ export interface StreamRange {
   readonly last: number;
 }
 
+/**
+ * Bytes all reads of one LaneStore (one broker connection) may have in
+ * flight from the broker at once: a quarter of nats-server's default
+ * `max_pending` (64 MB), the most it buffers for a client before it cuts
+ * the connection off as a slow consumer.
+ */
+export const READ_BUDGET_BYTES = 16 * 1024 * 1024;
+
+/** Bytes one pull asks the broker for at most (more only when a single record is larger). */
+export const PULL_BYTES = 1024 * 1024;
+
+/** What a pulled message carries besides the stored record (its subject, reply subject and headers), as the broker counts it. */
+const PULL_OVERHEAD_BYTES = 4 * 1024;
+
+/** The largest stored envelope any lanes configuration allows (a 1 MiB payload), when the store is not told its own. */
+const LARGEST_RECORD_BYTES = Math.ceil(1_048_576 / 3) * 4 + 8_192;
+
+export interface LaneStoreReads {
+  /** The budget reads share; default one of READ_BUDGET_BYTES for this store alone. */
+  readonly budget?: ReadBudget;
+  /** The largest stored record of the namespace's streams (their `max_msg_size`), so that every pull can carry one. */
+  readonly maxRecordBytes?: number;
+}
+
 export class LaneStore {
   #handles: Handles | undefined;
+  readonly #budget: ReadBudget;
+  /** The least a pull asks for: one record of the largest size, with what the broker counts besides it. */
+  readonly #minimumPull: number;
 
   /**
    * On a replicated namespace every read goes to the stream's leader: a
@@ -61,8 +92,12 @@ export class LaneStore {
     private readonly broker: BrokerConnection,
     private readonly timeoutMs: number,
     replicas = 1,
+    reads: LaneStoreReads = {},
   ) {
     this.#leaderReads = replicas > 1;
+    this.#minimumPull = (reads.maxRecordBytes ?? LARGEST_RECORD_BYTES) + PULL_OVERHEAD_BYTES;
+    this.#budget = reads.budget ?? new ReadBudget(Math.max(READ_BUDGET_BYTES, this.#minimumPull));
+    if (this.#budget.capacity < this.#minimumPull) throw new RangeError("a read budget must hold at least one pull of the largest record");
   }
 
   /** One message of a stream, by sequence or last on a subject; null when none. */
@@ -203,26 +238,59 @@ export class LaneStore {
   }
 
   /**
-   * Up to `count` retained messages from `from` on, in sequence order, read
-   * with one ordered consumer (a gap in the sequences shows as a jump).
+   * Up to `count` retained messages from `from` on, in sequence order (a
+   * gap in the sequences shows as a jump), and about `maxBytes` of them at
+   * most: the read stops once it holds `maxBytes`, but it always carries at
+   * least one record when one is retained. Fewer arrive when the stream has
+   * no more in time (a short read).
+   *
+   * Flow control: one consumer of the stream from `from`, read by pulls
+   * that each ask for at most PULL_BYTES (or one record of the largest
+   * size) and as many records as are still wanted; the broker stops a pull
+   * at the byte bound. Before each pull the read takes its bytes from the
+   * store's budget and gives them back once the pull is over, so that no
+   * number of readers can make the broker owe this connection more than
+   * the budget. One read has one pull in flight at a time.
    */
-  readFrom(stream: string, from: number, count: number, signal?: AbortSignal): Promise<StoredRecord[]> {
+  readFrom(stream: string, from: number, count: number, signal?: AbortSignal, maxBytes = Number.POSITIVE_INFINITY): Promise<StoredRecord[]> {
     return this.run(
       async () => {
-        const { js } = await this.#current();
-        const consumer = await js.consumers.get(stream, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: from });
+        const { jsm } = await this.#current();
+        const nc = this.broker.connection();
+        // Ack none, in memory, one replica: a cursor on the broker, nothing
+        // more, created (named) with the settings nats.js gives its ordered
+        // consumers, which reads used before they were flow-controlled.
+        const consumer = await jsm.consumers.add(stream, {
+          name: `lw_${nuid.next()}`,
+          deliver_policy: DeliverPolicy.StartSequence,
+          opt_start_seq: from,
+          ack_policy: AckPolicy.None,
+          mem_storage: true,
+          num_replicas: 1,
+          inactive_threshold: nanos(60_000),
+          max_deliver: 1,
+        });
         const records: StoredRecord[] = [];
         try {
-          const messages = await consumer.fetch({ max_messages: count, expires: Math.max(1_000, Math.min(this.timeoutMs, 5_000)) });
-          for await (const message of messages) {
-            records.push({ sequence: message.seq, subject: message.subject, data: message.data });
-            if (records.length >= count) break;
+          let bytes = 0;
+          while (records.length < count && bytes < maxBytes) {
+            const ask = Math.max(this.#minimumPull, Math.min(PULL_BYTES, maxBytes - bytes));
+            const grant = await this.#budget.acquire(ask, signal);
+            let pulled: Pulled;
+            try {
+              pulled = await this.#pull(nc, stream, consumer.name, count - records.length, grant.bytes, signal);
+            } finally {
+              grant.release();
+            }
+            records.push(...pulled.records);
+            bytes += pulled.bytes;
+            // Only a pull the byte bound ended leaves more to read at once.
+            if (pulled.end !== "bytes") break;
           }
         } finally {
-          // The ordered consumer would otherwise stay on the server for its
-          // 5-minute inactivity threshold: one per read, thousands under load.
+          // Otherwise the consumer would stay on the server for its inactivity threshold.
           void Promise.resolve()
-            .then(() => consumer.delete())
+            .then(() => jsm.consumers.delete(stream, consumer.name))
             .catch(() => undefined);
         }
         return records;
@@ -230,6 +298,65 @@ export class LaneStore {
       "reading records",
       signal,
     );
+  }
+
+  /**
+   * One pull of up to `batch` records and `maxBytes` bytes (as the broker
+   * counts them: subject, reply subject, headers and data) from a consumer.
+   * The broker ends it by delivering the batch, by delivering exactly
+   * `maxBytes` (silently), with `409 Message Size Exceeds MaxBytes` when
+   * the next record does not fit, or with `408` when it expires first.
+   */
+  #pull(nc: NatsConnection, stream: string, consumer: string, batch: number, maxBytes: number, signal: AbortSignal | undefined): Promise<Pulled> {
+    const expiresMs = Math.max(1_000, Math.min(this.timeoutMs, 5_000));
+    return new Promise<Pulled>((resolve, reject) => {
+      const records: StoredRecord[] = [];
+      let bytes = 0;
+      let settled = false;
+      const settle = (outcome: { end: Pulled["end"] } | { error: unknown }) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        subscription.unsubscribe();
+        if ("error" in outcome) reject(outcome.error);
+        else resolve({ records, bytes, end: outcome.end });
+      };
+      const onAbort = () => settle({ error: signal!.reason });
+      const subscription = nc.subscribe(createInbox(this.broker.inboxPrefix), {
+        callback: (error, message) => {
+          if (error) return settle({ error });
+          const sequence = streamSequenceOf(message);
+          if (sequence !== undefined) {
+            records.push({ sequence, subject: message.subject, data: message.data });
+            bytes += sizeOf(message);
+            if (records.length >= batch) settle({ end: "batch" });
+            else if (bytes >= maxBytes) settle({ end: "bytes" });
+            return;
+          }
+          // No heartbeats are asked for: every status ends the pull.
+          const status = message.headers?.code ?? 0;
+          if (status === 409 && /exceeds maxbytes/i.test(message.headers?.description ?? "")) {
+            if (records.length === 0) return settle({ error: new Error("a record of a lane stream is larger than the stream's max_msg_size") });
+            return settle({ end: "bytes" });
+          }
+          if (status === 503) return settle({ error: new BrokerUnavailableError("no_responders") });
+          // 408 (expired), 404, or the consumer went away (409): what came is what there is.
+          settle({ end: "short" });
+        },
+      });
+      // The broker answers 408 at `expires`; this only ends a pull it never ends (a connection lost meanwhile).
+      const timer = setTimeout(() => settle({ end: "short" }), expiresMs + 2_000);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      void subscription.closed.then(() => settle({ error: new BrokerUnavailableError("connection_closed") }));
+      try {
+        nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, JSON.stringify({ batch, max_bytes: maxBytes, expires: nanos(expiresMs) }), {
+          reply: subscription.getSubject(),
+        });
+      } catch (error) {
+        settle({ error });
+      }
+    });
   }
 
   // ------------------------------------------------------------- KV buckets
@@ -336,6 +463,38 @@ export class LaneStore {
       deny_purge: true,
     };
   }
+}
+
+/** How one pull ended: the batch arrived, the byte bound ended it, or the broker had no more in time. */
+interface Pulled {
+  readonly records: StoredRecord[];
+  readonly bytes: number;
+  readonly end: "batch" | "bytes" | "short";
+}
+
+/**
+ * A message's size as the broker counts it against a pull's `max_bytes`:
+ * subject, reply subject, headers and data (nats.js's messages know it;
+ * without it the headers are left out, and a pull the broker ended
+ * silently on its exact byte bound ends at its local timer instead).
+ */
+function sizeOf(message: Msg): number {
+  const sized = message as Msg & { size?: () => number };
+  return typeof sized.size === "function" ? sized.size() : message.subject.length + (message.reply?.length ?? 0) + message.data.byteLength;
+}
+
+/**
+ * The stream sequence of a record delivered by a consumer, from its reply
+ * subject: `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.…` (9
+ * tokens), or with a domain and account hash after `ACK` (11 or more);
+ * undefined for a status message.
+ */
+function streamSequenceOf(message: Msg): number | undefined {
+  const reply = message.reply;
+  if (reply === undefined || !reply.startsWith("$JS.ACK.")) return undefined;
+  const tokens = reply.split(".");
+  const sequence = Number(tokens[tokens.length === 9 ? 5 : 7]);
+  return Number.isSafeInteger(sequence) && sequence > 0 ? sequence : undefined;
 }
 
 function isCode(error: unknown, code: number): boolean {

@@ -1,10 +1,11 @@
+import { CoreStartupError } from "../errors/core-error.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
 import { LaneError } from "./errors.js";
 import { LaneStore } from "./lane-store.js";
-import { LaneWatchers } from "./lane-watcher.js";
-import { openNamespace, type Namespace } from "./namespace.js";
+import { LaneWatchers, type LaneHold } from "./lane-watcher.js";
+import { maxEnvelopeBytes, openNamespace, type Namespace } from "./namespace.js";
 import { Publisher, type BatchOutcome, type PublishOutcome } from "./publisher.js";
 import { LaneRegistry } from "./registry.js";
 import { MAX_EVENTS, Replayer, type ReplayPage } from "./replay.js";
@@ -14,6 +15,12 @@ import { WorkGroups, type GroupInspection, type Receipt, type ReceiptOutcome, ty
 /**
  * Durable lanes as one object: the registry, publication, replay and
  * follow, over one namespace generation on JetStream.
+ *
+ * Two broker connections: publication, reservations, group ledgers and the
+ * records claims read (with the lane watchers) use the lanes' connection;
+ * Replay and Follow pages use a sibling connection of their own, so that
+ * bulk reading cannot share a fate with writing. Both read with the flow
+ * control of LaneStore.readFrom, each connection with its own byte budget.
  */
 
 /** Concurrent Follow streams one project may hold. */
@@ -78,12 +85,16 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
       })
     : undefined;
   const broker = own ?? options.broker;
+  let readers: BrokerConnection | undefined;
   try {
     const namespace = await openNamespace(broker, config, options.replicas, log);
+    readers = await openReaders(broker, log);
     const registry = new LaneRegistry(config);
-    const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas);
+    const reads = { maxRecordBytes: maxEnvelopeBytes(config.bounds.maxPayload) };
+    const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas, reads);
+    const readStore = new LaneStore(readers, config.bounds.operationTimeoutMs, options.replicas, reads);
     const publisher = new Publisher(store, namespace, registry, options.pausePoints ?? noPausePoints);
-    const replayer = new Replayer(store, namespace, registry);
+    const replayer = new Replayer(readStore, namespace, registry);
     const watchers = new LaneWatchers(store, config.namespace);
     const groups = new WorkGroups(store, namespace, registry, watchers);
     const followers = new Map<string, number>();
@@ -102,8 +113,24 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           throw new LaneError("lane_capacity", `project ${project} already follows ${held} lanes at once; close one (at most ${MAX_FOLLOWERS_PER_PROJECT})`);
         }
         followers.set(project, held + 1);
-        const hold = await watchers.hold(lane);
+        let left = false;
+        let hold: LaneHold | undefined;
+        // The follower's slot and its hold on the lane's watcher go as soon
+        // as the signal aborts, not only when the generator finishes: a
+        // stream whose client stopped reading is suspended at its yield,
+        // and once its connection is closed nothing may ever resume it.
+        const leave = () => {
+          if (left) return;
+          left = true;
+          hold?.release();
+          const now = (followers.get(project) ?? 1) - 1;
+          if (now === 0) followers.delete(project);
+          else followers.set(project, now);
+        };
+        signal.addEventListener("abort", leave, { once: true });
         try {
+          hold = await watchers.hold(lane);
+          if (left) hold.release();
           let position = cursor;
           let started = false;
           while (!signal.aborted) {
@@ -121,10 +148,8 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
             if (!woken && !signal.aborted) yield { events: [], cursor: position };
           }
         } finally {
-          hold.release();
-          const now = (followers.get(project) ?? 1) - 1;
-          if (now === 0) followers.delete(project);
-          else followers.set(project, now);
+          signal.removeEventListener("abort", leave);
+          leave();
         }
       },
       claim: (project, lane, group, max, waitMs, signal) => groups.claim(project, lane, group, max, waitMs, signal),
@@ -135,11 +160,28 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
       recover: (input, lane, group, signal) => groups.recover(input, lane, group, signal),
       async close() {
         watchers.close();
+        await readers?.close();
         await own?.close();
       },
     };
   } catch (error) {
+    await readers?.close();
     await own?.close();
     throw error;
   }
+}
+
+/** The connection Replay and Follow read over: a sibling of the lanes' own, whose state changes are logged. */
+async function openReaders(broker: BrokerConnection, log: Logger): Promise<BrokerConnection> {
+  let readers: BrokerConnection;
+  try {
+    readers = await broker.sibling("laneway-lanes-readers");
+  } catch (error) {
+    throw new CoreStartupError("lanes", "unavailable", "lanes: the message broker is unavailable while opening the readers' connection", { cause: error });
+  }
+  readers.onStateChange((change) => {
+    if (change.state === "connected") log.info("the lane readers' NATS connection is available", { generation: change.generation });
+    else if (change.state !== "closed") log.warn("the lane readers' NATS connection is not available", { state: change.state });
+  });
+  return readers;
 }

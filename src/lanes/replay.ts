@@ -10,15 +10,24 @@ import type { LaneRecord } from "./types.js";
  *
  * The cursor is the last examined stream sequence, counting work records
  * that event replay skips. A page examines at most 512 records and returns
- * at most 128 events (fewer when asked). Cursor 0 starts at the earliest
- * retained record. A cursor beyond the last sequence, or a nonzero cursor
- * whose successor has left retention (an expired gap), is `lane_cursor`, as
- * is a retained record found missing during the scan: nothing is skipped
- * silently.
+ * at most 128 events (fewer when asked), and reads about PAGE_BYTES of
+ * records at most (fewer events when they are large). Cursor 0 starts at
+ * the earliest retained record. A cursor beyond the last sequence, or a
+ * nonzero cursor whose successor has left retention (an expired gap), is
+ * `lane_cursor`, as is a retained record found missing during the scan:
+ * nothing is skipped silently.
  */
 
 export const MAX_EXAMINED = 512;
 export const MAX_EVENTS = 128;
+
+/**
+ * Stored bytes one page reads at most (about: it always holds at least one
+ * record, and its last read may carry one record more): with large records
+ * a page returns fewer events, so that what one reader holds, and what a
+ * Follow stream has waiting for its client, stays bounded.
+ */
+export const PAGE_BYTES = 512 * 1024;
 
 export interface ReplayPage {
   readonly events: readonly LaneRecord[];
@@ -66,16 +75,15 @@ export class Replayer {
     if (start > last) return empty;
     const events: LaneRecord[] = [];
     let examined = 0;
+    let bytes = 0;
     let position = cursor;
     let expected = start;
     // Read no more than the page can still use: as many records as events
     // are wanted, then more only while work records were skipped, within
-    // the examined bound and the lane's end.
-    while (events.length < maxEvents && examined < MAX_EXAMINED && expected <= last) {
+    // the examined bound, the page's bytes and the lane's end.
+    while (events.length < maxEvents && examined < MAX_EXAMINED && expected <= last && bytes < PAGE_BYTES) {
       const count = Math.min(maxEvents - events.length, MAX_EXAMINED - examined, last - expected + 1);
-      const records = await this.store.readFrom(stream, expected, count, signal);
-      // Nothing arrived in time: the page ends here, and the cursor has not passed anything unread.
-      if (records.length === 0) break;
+      const records = await this.store.readFrom(stream, expected, count, signal, PAGE_BYTES - bytes);
       for (const record of records) {
         if (record.sequence !== expected) {
           throw new LaneError("lane_cursor", `record ${expected} of lane ${lane} is missing from retention while it was being read: replay again`);
@@ -83,6 +91,7 @@ export class Replayer {
         const envelope = decodeEnvelope(record.data);
         if (envelope === undefined) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
         examined += 1;
+        bytes += record.data.byteLength;
         position = record.sequence;
         expected += 1;
         if (envelope.kind === "event") {
@@ -90,6 +99,9 @@ export class Replayer {
           if (events.length >= maxEvents) break;
         }
       }
+      // A short read (the page's bytes, or nothing more arrived in time)
+      // ends the page: the cursor has passed nothing unread.
+      if (records.length < count) break;
     }
     return { events, cursor: position, firstRetained, lastSequence: last, examined };
   }

@@ -185,6 +185,23 @@ export class BrokerConnection {
     return this.#generation;
   }
 
+  /** The inbox prefix replies use (nats.js's default `_INBOX` unless the options name one). */
+  get inboxPrefix(): string {
+    return this.#options.inboxPrefix ?? "_INBOX";
+  }
+
+  /**
+   * Opens a second, independent connection with the same servers,
+   * credentials and settings under another name, so that one kind of
+   * traffic cannot share another's fate: the broker may cut one connection
+   * (a slow consumer, say) while the other keeps working. When this one is
+   * connected the sibling's first attempt must succeed too (it rejects
+   * otherwise); when it is not, the sibling keeps trying in the background.
+   */
+  sibling(name: string): Promise<BrokerConnection> {
+    return BrokerConnection.open({ ...this.#options, name, initialConnect: this.#state === "connected" ? "fail" : "retry" });
+  }
+
   /** The classified reason of the last lost connection or failed attempt (cleared on connect). */
   get lastFailure(): NatsFailure | undefined {
     return this.#lastFailure;

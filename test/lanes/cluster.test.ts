@@ -98,8 +98,15 @@ async function replayAll(client: Client<typeof LaneService>): Promise<LaneRecord
   }
 }
 
-/** One Replay page; broker trouble right after an election is retried (as a reader would), and printed. */
+/**
+ * One Replay page; broker trouble right after an election is retried (as a
+ * reader would) for up to two minutes, and printed. Replay reads over its own
+ * broker connection: when that connection's node was the one killed, it
+ * reconnects on its own, which can take a connect timeout (5 s) when the
+ * first node it tries does not answer.
+ */
 async function pageWithRetries(client: Client<typeof LaneService>, cursor: bigint) {
+  const giveUpAt = Date.now() + 120_000;
   for (let attempt = 1; ; attempt++) {
     try {
       return await client.replay({ lane: LANE, cursor });
@@ -107,7 +114,7 @@ async function pageWithRetries(client: Client<typeof LaneService>, cursor: bigin
       const failure = ConnectError.from(error);
       const reason = failure.findDetails(ErrorDetailSchema)[0]?.reason ?? "";
       console.log(`[cluster] replay from cursor ${cursor} failed (attempt ${attempt}, ${new Date().toISOString()}): ${Code[failure.code]}/${reason}: ${failure.rawMessage}`);
-      if (attempt >= 20 || !["lane_unavailable", "lane_timeout"].includes(reason)) throw error;
+      if (Date.now() > giveUpAt || !["lane_unavailable", "lane_timeout"].includes(reason)) throw error;
       await sleep(200);
     }
   }

@@ -145,7 +145,7 @@ test("reads leave no consumer behind: after claims, the lane streams carry no co
     expect(claimed.work).toBeDefined();
     await beacon.ack({ lane: "other", group: "waiters", ...receiptOf(claimed.work!) });
   }
-  // Each read used an ordered consumer; each is deleted once read (a consumer left behind would live 5 minutes).
+  // Each read used a consumer of its own; each is deleted once read (a consumer left behind would stay until its inactivity threshold).
   const consumers = async () => {
     const response = await fetch(`${monitorUrl}/jsz?streams=1`, { signal: AbortSignal.timeout(5_000) });
     const body = (await response.json()) as { account_details?: { stream_detail?: { name: string; state?: { consumer_count?: number } }[] }[] };
