@@ -8,7 +8,7 @@ import { LaneWatchers, type LaneHold } from "./lane-watcher.js";
 import { maxEnvelopeBytes, openNamespace, type Namespace } from "./namespace.js";
 import { Publisher, type BatchOutcome, type PublishOutcome } from "./publisher.js";
 import { LaneRegistry } from "./registry.js";
-import { MAX_EVENTS, Replayer, type ReplayPage } from "./replay.js";
+import { MAX_EVENTS, Replayer, type Cursor, type ReplayPage } from "./replay.js";
 import type { LaneRecord, LanesConfig, Publication } from "./types.js";
 import { WorkGroups, type GroupInspection, type Receipt, type ReceiptOutcome, type RecoverInput, type RecoveryResult, type WorkDelivery } from "./work-groups.js";
 
@@ -53,9 +53,9 @@ export interface LanesCore {
   readonly namespace: Namespace;
   publish(project: string, lane: string, publication: Publication, signal?: AbortSignal): Promise<PublishOutcome>;
   publishBatch(project: string, lane: string, publications: readonly Publication[], signal?: AbortSignal): Promise<BatchOutcome[]>;
-  replay(project: string, lane: string, cursor: number, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage>;
+  replay(project: string, lane: string, cursor: Cursor, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage>;
   /** Pages from the cursor, then new events as they are published, heartbeats while idle, until `signal` aborts. */
-  follow(project: string, lane: string, cursor: number, signal: AbortSignal): AsyncGenerator<FollowPage>;
+  follow(project: string, lane: string, cursor: Cursor, signal: AbortSignal): AsyncGenerator<FollowPage>;
   /** Leases up to `max` deliveries of a group, waiting up to `waitMs` when none is eligible. */
   claim(project: string, lane: string, group: string, max: number, waitMs: number, signal?: AbortSignal): Promise<WorkDelivery[]>;
   renew(project: string, lane: string, group: string, receipts: readonly Receipt[], signal?: AbortSignal): Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>;
@@ -131,7 +131,8 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
         try {
           hold = await watchers.hold(lane);
           if (left) hold.release();
-          let position = cursor;
+          // The caller's cursor until the first page answers with the examined sequence.
+          let position: Cursor = cursor;
           let started = false;
           while (!signal.aborted) {
             const version = hold.version();
@@ -141,11 +142,11 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
               // learns the stream is open and its cursor checked.
               started = true;
               position = page.cursor;
-              yield { events: page.events, cursor: position };
+              yield { events: page.events, cursor: page.cursor };
               if (page.examined > 0) continue;
             }
             const woken = await hold.wait(version, heartbeatMs, signal);
-            if (!woken && !signal.aborted) yield { events: [], cursor: position };
+            if (!woken && !signal.aborted) yield { events: [], cursor: Number(position) };
           }
         } finally {
           signal.removeEventListener("abort", leave);

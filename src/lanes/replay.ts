@@ -18,6 +18,13 @@ import type { LaneRecord } from "./types.js";
  * nothing is skipped silently.
  */
 
+/**
+ * A caller's cursor: the wire's uint64 arrives as a bigint and is compared
+ * exactly; once it is known to be at most the lane's last sequence it fits
+ * a number.
+ */
+export type Cursor = number | bigint;
+
 export const MAX_EXAMINED = 512;
 export const MAX_EVENTS = 128;
 
@@ -48,19 +55,21 @@ export class Replayer {
     private readonly registry: LaneRegistry,
   ) {}
 
-  async replay(project: string, lane: string, cursor: number, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage> {
+  async replay(project: string, lane: string, cursor: Cursor, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage> {
     this.registry.require(project, lane, "subscribe");
     return this.page(lane, cursor, maxEvents === 0 ? MAX_EVENTS : Math.min(maxEvents, MAX_EVENTS), signal);
   }
 
   /** A page without the capability check (the caller checked it). */
-  async page(lane: string, cursor: number, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage> {
+  async page(lane: string, requested: Cursor, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage> {
     const stream = this.namespace.streams.get(lane)!;
     const { first, last } = await this.store.range(stream, signal);
     const firstRetained = first > 0 && first <= last ? first : 0;
-    if (cursor > last) {
-      throw new LaneError("lane_cursor", `cursor ${cursor} is beyond the end of lane ${lane} (its last sequence is ${last})`);
+    // Compared exactly: a uint64 cursor above 2^53 is quoted as it was sent.
+    if (BigInt(requested) > BigInt(last)) {
+      throw new LaneError("lane_cursor", `cursor ${requested} is beyond the end of lane ${lane} (its last sequence is ${last})`);
     }
+    const cursor = Number(requested);
     if (cursor !== 0 && firstRetained !== 0 && cursor + 1 < firstRetained) {
       throw new LaneError(
         "lane_cursor",

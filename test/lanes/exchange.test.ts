@@ -232,6 +232,15 @@ describe("replay pages and cursors", () => {
     const error = await expectLaneError(() => atlas.replay({ lane: "measurements", cursor: page.lastSequence + 1n }), Code.Aborted, "lane_cursor");
     expect(error.rawMessage).toContain("beyond the end");
     await expectLaneError(() => atlas.replay({ lane: "measurements", cursor: 2n ** 64n - 1n }), Code.Aborted, "lane_cursor");
+    // A uint64 above 2^53 reaches the core exactly and is quoted as it was sent.
+    const huge = await expectLaneError(() => atlas.replay({ lane: "measurements", cursor: 2n ** 63n }), Code.Aborted, "lane_cursor");
+    expect(huge.rawMessage).toContain(`cursor ${2n ** 63n} is beyond the end`);
+    const odd = await expectLaneError(() => atlas.replay({ lane: "measurements", cursor: 2n ** 53n + 1n }), Code.Aborted, "lane_cursor");
+    expect(odd.rawMessage).toContain("cursor 9007199254740993 is beyond the end");
+    const follow = await expectLaneError(async () => {
+      for await (const page of atlas.follow({ lane: "measurements", cursor: 2n ** 63n + 1n })) throw new Error(`unexpected page at ${page.cursor}`);
+    }, Code.Aborted, "lane_cursor");
+    expect(follow.rawMessage).toContain("cursor 9223372036854775809 is beyond the end");
     // The cursor at the end itself is valid: an empty page.
     const atEnd = await atlas.replay({ lane: "measurements", cursor: page.lastSequence });
     expect(atEnd.events).toEqual([]);

@@ -153,7 +153,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async replay(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const page = await lanes().replay(project, req.lane, safeNumber(req.cursor), req.maxEvents, coreSignal(ctx));
+      const page = await lanes().replay(project, req.lane, req.cursor, req.maxEvents, coreSignal(ctx));
       return {
         events: page.events.map(laneRecordMessage),
         cursor: BigInt(page.cursor),
@@ -164,7 +164,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     async *follow(req, ctx) {
       const { project } = principalOf(ctx, "project");
       // Ends cleanly on client cancellation and when the server drains.
-      for await (const page of lanes().follow(project, req.lane, safeNumber(req.cursor), coreSignal(ctx, drain))) {
+      for await (const page of lanes().follow(project, req.lane, req.cursor, coreSignal(ctx, drain))) {
         yield { events: page.events.map(laneRecordMessage), cursor: BigInt(page.cursor) };
       }
     },
