@@ -1,3 +1,4 @@
+import * as http2 from "node:http2";
 import { create, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
@@ -207,6 +208,37 @@ describe("content type and routes", () => {
     // gRPC: a trailers-only response (HTTP 200, grpc-status in the headers); Connect: 404.
     expect(result.status).toBe(protocol === "connect" ? 404 : 200);
   });
+
+  test.each(["application/grpc", "application/grpc-web+proto"])(
+    "over HTTP/2, %s gets the trailers-only answer as one HEADERS frame that ends the stream",
+    async (contentType) => {
+      const session = http2.connect(laneway.url);
+      try {
+        const stream = session.request({ ":method": "POST", ":path": "/laneway.kmap.v1.KmapCommandService/Nope", "content-type": contentType, te: "trailers" });
+        const answer = await new Promise<{ headers: http2.IncomingHttpHeaders; flags: number; data: number; rstCode: number | undefined }>((resolve, reject) => {
+          let headers: http2.IncomingHttpHeaders = {};
+          let flags = 0;
+          let data = 0;
+          stream.on("response", (h, f) => {
+            headers = h;
+            flags = f;
+          });
+          stream.on("data", (c: Buffer) => (data += c.byteLength));
+          stream.on("error", reject);
+          stream.on("close", () => resolve({ headers, flags, data, rstCode: stream.rstCode }));
+          stream.end(envelope(new Uint8Array()));
+        });
+        expect(answer.flags & http2.constants.NGHTTP2_FLAG_END_STREAM).toBe(http2.constants.NGHTTP2_FLAG_END_STREAM);
+        expect(answer.headers[":status"]).toBe(200);
+        expect(answer.headers["grpc-status"]).toBe("12");
+        expect(answer.headers["grpc-status-details-bin"]).toBeDefined();
+        expect(answer.data).toBe(0);
+        expect(answer.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+      } finally {
+        session.close();
+      }
+    },
+  );
 
   test("a Connect GET with a malformed query answers the domain's invalid reason after authentication", async () => {
     const path = "/laneway.lane.v1.LaneService/GetRegistry?encoding=json&message=%7Bbad";

@@ -215,6 +215,27 @@ function refuse(res: NodeResponse, protocol: Protocol, error: ConnectError, reas
   // gRPC and gRPC-Web: a trailers-only response, the status in the headers.
   const headers: Record<string, string> = { "content-type": protocol === "grpc" ? "application/grpc" : "application/grpc-web+proto" };
   setTrailerStatus(new Headers(), error).forEach((value, key) => (headers[key] = value));
+  if ("stream" in res) {
+    respondTrailersOnly(res, headers);
+    return;
+  }
   res.writeHead(200, headers);
   res.end();
+}
+
+/**
+ * The trailers-only form gRPC clients expect on HTTP/2: one HEADERS frame
+ * that carries the status and ends the stream. (The compatibility API's
+ * `writeHead` + `end` sends the headers without END_STREAM and ends the
+ * stream with an empty DATA frame; grpcio then reads no status at all and
+ * reports `UNKNOWN: Stream removed`.) The rest of the request, if the
+ * client is still sending, is read and dropped, so the stream closes
+ * normally instead of being reset; the listener's request timeout bounds a
+ * client that never stops.
+ */
+function respondTrailersOnly(res: http2.Http2ServerResponse, headers: Record<string, string>): void {
+  const { stream } = res;
+  if (stream.destroyed || stream.headersSent) return;
+  stream.respond({ ":status": 200, ...headers }, { endStream: true });
+  if (!res.req.readableEnded) res.req.resume();
 }
