@@ -3,6 +3,7 @@ import * as zlib from "node:zlib";
 import { fromBinary, fromJson, type DescMessage, type JsonValue } from "@bufbuild/protobuf";
 import { createContextKey } from "@connectrpc/connect";
 import { encodeEnvelope } from "@connectrpc/connect/protocol";
+import { jsonBoundsProblem } from "./json-bounds.js";
 import { unknownEnumName } from "./json-enums.js";
 
 /**
@@ -142,6 +143,9 @@ export function checkMessage(input: DescMessage, bytes: Uint8Array, binary: bool
       return `the request body is not a valid ${input.typeName} in the protobuf binary format`;
     }
   }
+  // Bounded before anything is built: nesting, members, duplicate keys.
+  const bounded = jsonBoundsProblem(bytes);
+  if (bounded !== undefined) return bounded;
   let json: JsonValue;
   try {
     json = JSON.parse(utf8.decode(bytes)) as JsonValue;
