@@ -4,7 +4,7 @@ import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { CommandSchema } from "../../gen/laneway/kmap/v1/command_pb.js";
-import { SubmitCommandRequestSchema, WatchCommandsRequestSchema } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import { GetCommandRequestSchema, SubmitCommandRequestSchema, WatchCommandsRequestSchema } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
 import { FollowRequestSchema, PublishRequestSchema } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
 import { envelope, rawCall, type RawProtocol } from "../helpers/raw-rpc.js";
@@ -250,6 +250,21 @@ describe("content type and routes", () => {
     expect(body.code).toBe("invalid_argument");
     expect(body.message).toBe("the request body is not valid JSON");
     expect(body.details[0]!.debug).toEqual({ reason: "lane_invalid", domain: "lanes" });
+  });
+
+  test.each([
+    ["JSON", `encoding=json&message=${encodeURIComponent('{"idempotencyId":"ffffffffffffffffffffffffffffffff","futureField":[1]}')}`],
+    [
+      "binary, base64",
+      `encoding=proto&base64=1&message=${Buffer.from(toBinary(GetCommandRequestSchema, create(GetCommandRequestSchema, { idempotencyId: "ffffffffffffffffffffffffffffffff" }))).toString("base64url")}`,
+    ],
+  ])("a Connect GET with a valid %s query reaches the service with the message it carries", async (_name, query) => {
+    // not_found (rather than a validation error for an empty id) shows the service got the query's message.
+    const answer = await fetch(new URL(`/laneway.kmap.v1.KmapCommandService/GetCommand?${query}`, laneway.url), { headers: { authorization: `Bearer ${laneway.tokens.admin}` } });
+    const body = (await answer.json()) as { code: string; details: { debug: { reason: string; domain: string } }[] };
+    expect(answer.status).toBe(404);
+    expect(body.code).toBe("not_found");
+    expect(body.details[0]!.debug).toEqual({ reason: "not_found", domain: "kmap" });
   });
 
   test("unknown JSON fields stay ignored (forward compatibility)", async () => {
