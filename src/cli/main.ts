@@ -1,3 +1,5 @@
+// First: protobuf-es picks its base64 encoder when it is first imported (see the module).
+import "../encoding/uint8array-base64.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { describeFailure, OutcomeError, UsageError, type CliIo } from "./command.js";
 import { clientHelp, commandUsage, groupUsage, type CommandGroup } from "./command-group.js";

@@ -6,8 +6,6 @@ import type { LaneReason } from "../lanes/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { SwarmReason } from "../swarm/index.js";
 import type { ErrorDomainSpec, FallbackKind } from "./core-binding.js";
-import { problemError } from "./wire/node-adapter.js";
-import { requestProblemKey } from "./wire/request-body.js";
 
 /**
  * The one place where failures become Connect errors.
@@ -175,9 +173,6 @@ function isAbortError(error: unknown): boolean {
 export function errorMappingInterceptor(log: Logger, domainOf: (typeName: string) => ErrorDomainSpec): Interceptor {
   return (next) => async (req) => {
     const spec = domainOf(req.service.typeName);
-    // A Connect GET query the wire layer refused (see wire/node-adapter.ts).
-    const problem = req.contextValues.get(requestProblemKey);
-    if (problem !== undefined) throw problemError(problem, { domain: spec.domain, invalidReason: invalidReason(spec) });
     try {
       const res = await next(req);
       if (!res.stream) return res;

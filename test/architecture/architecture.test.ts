@@ -30,7 +30,7 @@ const allowed: Record<string, readonly string[]> = {
   client: ["kmap"],
   server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection", "client"],
   participant: [],
-  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "swarm", "lanes"],
+  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "swarm", "lanes", "encoding"],
 };
 
 test("src/ has no import loop", () => {

@@ -11,8 +11,10 @@ import { repoRoot, startLanewayInProcess, type InProcessLaneway } from "../helpe
  * Debian's protoc and grpc_python_plugin exactly as docs/clients.md says,
  * runs test/clients/python/scenario.py against a real Laneway over gRPC
  * (h2c, the same port as everything else): health, the registry, a Kmap
- * command watched to Committed, error details decoded from the trailers,
- * and transaction signatures verified from docs/kmap.md's description alone.
+ * command watched to Committed, error details decoded from the trailers
+ * (also of answers given before any message is read: a missing token, a
+ * method that does not exist, a body that does not parse), and transaction
+ * signatures verified from docs/kmap.md's description alone.
  *
  * The scenario prints one JSON summary; each test below asserts one step.
  */
@@ -127,6 +129,9 @@ interface Summary {
     error: string;
   }[];
   unauthenticated: ErrorOutcome;
+  unauthenticated_missing: ErrorOutcome;
+  unimplemented: { method_without_token: ErrorOutcome; method_with_token: ErrorOutcome; service: ErrorOutcome };
+  malformed_body: ErrorOutcome;
   invalid: ErrorOutcome;
   signing_key: { algorithm: string; public_key_length: number; key_id_matches_public_key: boolean; pem_matches_public_key: boolean };
   verify: (Checks & {
@@ -241,6 +246,54 @@ describe("a Python gRPC client generated from proto/", () => {
       detail_types: ["type.googleapis.com/laneway.errors.v1.ErrorDetail"],
       reason: "unauthorized",
       domain: "lanes",
+    });
+  });
+
+  test("no token at all: UNAUTHENTICATED before the first message, with its ErrorDetail", async () => {
+    const summary = await scenario();
+    expect(summary.unauthenticated_missing).toMatchObject({
+      code: "UNAUTHENTICATED",
+      message: "missing bearer token: send Authorization: Bearer <token>",
+      has_status_details: true,
+      status_code: 16,
+      status_code_matches: true,
+      status_message_matches: true,
+      detail_types: ["type.googleapis.com/laneway.errors.v1.ErrorDetail"],
+      reason: "unauthorized",
+      domain: "lanes",
+    });
+  });
+
+  test("a method or service that does not exist: grpcio reads UNIMPLEMENTED from the trailers-only answer, with and without a token", async () => {
+    const summary = await scenario();
+    const expected = {
+      code: "UNIMPLEMENTED",
+      message: "no such RPC: check the service and method name (laneway lists its services through gRPC reflection)",
+      has_status_details: true,
+      status_code: 12,
+      status_code_matches: true,
+      status_message_matches: true,
+      detail_types: ["type.googleapis.com/laneway.errors.v1.ErrorDetail"],
+      reason: "unimplemented",
+      domain: "server",
+    };
+    expect(summary.unimplemented.method_without_token).toMatchObject(expected);
+    expect(summary.unimplemented.method_with_token).toMatchObject(expected);
+    expect(summary.unimplemented.service).toMatchObject(expected);
+  });
+
+  test("a body that is no message of the method: INVALID_ARGUMENT before the first message, with its ErrorDetail", async () => {
+    const summary = await scenario();
+    expect(summary.malformed_body).toMatchObject({
+      code: "INVALID_ARGUMENT",
+      message: "the request body is not a valid grpc.health.v1.HealthCheckRequest in the protobuf binary format",
+      has_status_details: true,
+      status_code: 3,
+      status_code_matches: true,
+      status_message_matches: true,
+      detail_types: ["type.googleapis.com/laneway.errors.v1.ErrorDetail"],
+      reason: "invalid_argument",
+      domain: "server",
     });
   });
 

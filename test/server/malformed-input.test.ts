@@ -1,9 +1,10 @@
+import * as http2 from "node:http2";
 import { create, toBinary, type DescMessage } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { CommandSchema } from "../../gen/laneway/kmap/v1/command_pb.js";
-import { SubmitCommandRequestSchema, WatchCommandsRequestSchema } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
+import { GetCommandRequestSchema, SubmitCommandRequestSchema, WatchCommandsRequestSchema } from "../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
 import { FollowRequestSchema, PublishRequestSchema } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
 import { envelope, rawCall, type RawProtocol } from "../helpers/raw-rpc.js";
@@ -208,6 +209,37 @@ describe("content type and routes", () => {
     expect(result.status).toBe(protocol === "connect" ? 404 : 200);
   });
 
+  test.each(["application/grpc", "application/grpc-web+proto"])(
+    "over HTTP/2, %s gets the trailers-only answer as one HEADERS frame that ends the stream",
+    async (contentType) => {
+      const session = http2.connect(laneway.url);
+      try {
+        const stream = session.request({ ":method": "POST", ":path": "/laneway.kmap.v1.KmapCommandService/Nope", "content-type": contentType, te: "trailers" });
+        const answer = await new Promise<{ headers: http2.IncomingHttpHeaders; flags: number; data: number; rstCode: number | undefined }>((resolve, reject) => {
+          let headers: http2.IncomingHttpHeaders = {};
+          let flags = 0;
+          let data = 0;
+          stream.on("response", (h, f) => {
+            headers = h;
+            flags = f;
+          });
+          stream.on("data", (c: Buffer) => (data += c.byteLength));
+          stream.on("error", reject);
+          stream.on("close", () => resolve({ headers, flags, data, rstCode: stream.rstCode }));
+          stream.end(envelope(new Uint8Array()));
+        });
+        expect(answer.flags & http2.constants.NGHTTP2_FLAG_END_STREAM).toBe(http2.constants.NGHTTP2_FLAG_END_STREAM);
+        expect(answer.headers[":status"]).toBe(200);
+        expect(answer.headers["grpc-status"]).toBe("12");
+        expect(answer.headers["grpc-status-details-bin"]).toBeDefined();
+        expect(answer.data).toBe(0);
+        expect(answer.rstCode).toBe(http2.constants.NGHTTP2_NO_ERROR);
+      } finally {
+        session.close();
+      }
+    },
+  );
+
   test("a Connect GET with a malformed query answers the domain's invalid reason after authentication", async () => {
     const path = "/laneway.lane.v1.LaneService/GetRegistry?encoding=json&message=%7Bbad";
     const unauthenticated = await fetch(new URL(path, laneway.url));
@@ -218,6 +250,21 @@ describe("content type and routes", () => {
     expect(body.code).toBe("invalid_argument");
     expect(body.message).toBe("the request body is not valid JSON");
     expect(body.details[0]!.debug).toEqual({ reason: "lane_invalid", domain: "lanes" });
+  });
+
+  test.each([
+    ["JSON", `encoding=json&message=${encodeURIComponent('{"idempotencyId":"ffffffffffffffffffffffffffffffff","futureField":[1]}')}`],
+    [
+      "binary, base64",
+      `encoding=proto&base64=1&message=${Buffer.from(toBinary(GetCommandRequestSchema, create(GetCommandRequestSchema, { idempotencyId: "ffffffffffffffffffffffffffffffff" }))).toString("base64url")}`,
+    ],
+  ])("a Connect GET with a valid %s query reaches the service with the message it carries", async (_name, query) => {
+    // not_found (rather than a validation error for an empty id) shows the service got the query's message.
+    const answer = await fetch(new URL(`/laneway.kmap.v1.KmapCommandService/GetCommand?${query}`, laneway.url), { headers: { authorization: `Bearer ${laneway.tokens.admin}` } });
+    const body = (await answer.json()) as { code: string; details: { debug: { reason: string; domain: string } }[] };
+    expect(answer.status).toBe(404);
+    expect(body.code).toBe("not_found");
+    expect(body.details[0]!.debug).toEqual({ reason: "not_found", domain: "kmap" });
   });
 
   test("unknown JSON fields stay ignored (forward compatibility)", async () => {

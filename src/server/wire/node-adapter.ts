@@ -3,7 +3,7 @@ import type * as http2 from "node:http2";
 import type { Readable } from "node:stream";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { MethodOptions_IdempotencyLevel } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions } from "@connectrpc/connect";
+import { Code, ConnectError, createConnectRouter, createContextValues, type ConnectRouter, type ConnectRouterOptions, type Interceptor } from "@connectrpc/connect";
 import { universalRequestFromNodeRequest, universalResponseToNodeResponse } from "@connectrpc/connect-node";
 import type { UniversalHandler, UniversalServerRequest } from "@connectrpc/connect/protocol";
 import { errorToJsonBytes, parseContentType as parseConnectContentType } from "@connectrpc/connect/protocol-connect";
@@ -13,7 +13,17 @@ import { ErrorDetailSchema } from "../../../gen/laneway/errors/v1/errors_pb.js";
 import type { WireLimits } from "../../config/index.js";
 import type { ErrorDomain } from "../../errors/core-error.js";
 import type { Logger } from "../../log/logger.js";
-import { checkedRequestBody, checkMessage, emptyBody, RequestProblemError, requestProblemKey, type Framing, type RequestProblem } from "./request-body.js";
+import {
+  checkedRequestBody,
+  emptyBody,
+  ParsedMessages,
+  parsedMessagesKey,
+  parseMessage,
+  RequestProblemError,
+  requestProblemKey,
+  type Framing,
+  type RequestProblem,
+} from "./request-body.js";
 
 /**
  * Laneway's Node.js request handler in front of Connect's router: it does
@@ -26,9 +36,12 @@ import { checkedRequestBody, checkMessage, emptyBody, RequestProblemError, reque
  *   12` and the error detail, Connect gets HTTP 404 with a JSON error;
  * - a content type or HTTP method no protocol accepts answers 415 or 405
  *   with a Connect JSON error carrying an ErrorDetail;
- * - the request body is read within the size limit and checked before
- *   Connect parses it (request-body.ts), so malformed, oversized, truncated
+ * - the request body is read within the size limit and parsed before
+ *   Connect sees it (request-body.ts), so malformed, oversized, truncated
  *   or wrongly encoded input becomes a typed error after authentication;
+ *   Connect parses only an empty stand-in, and this adapter's interceptor,
+ *   the outermost, gives the service the message parsed here, so no
+ *   message is parsed twice;
  * - a failed write to a client that went away ends quietly (a debug line,
  *   never a stack trace).
  */
@@ -56,7 +69,12 @@ type Protocol = "connect" | "grpc" | "grpc-web";
 export function lanewayNodeAdapter(options: LanewayAdapterOptions): (req: NodeRequest, res: NodeResponse) => void {
   // Connect decompresses nothing itself: request bodies arrive here
   // already checked and inflated, and answers are small.
-  const router = createConnectRouter({ ...options, acceptCompression: [], readMaxBytes: options.limits.maxRequestBytes });
+  const router = createConnectRouter({
+    ...options,
+    interceptors: [parsedRequestInterceptor(options.domainOf), ...(options.interceptors ?? [])],
+    acceptCompression: [],
+    readMaxBytes: options.limits.maxRequestBytes,
+  });
   options.routes(router);
   const paths = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
   const { limits, log } = options;
@@ -78,16 +96,18 @@ export function lanewayNodeAdapter(options: LanewayAdapterOptions): (req: NodeRe
       return;
     }
     const contextValues = createContextValues();
+    const parsed = new ParsedMessages();
+    contextValues.set(parsedMessagesKey, parsed);
     let uReq: UniversalServerRequest;
     try {
-      if (framing.get) req.url = checkedGetUrl(req.url ?? "", method, contextValues);
+      if (framing.get) req.url = checkedGetUrl(req.url ?? "", method, contextValues, parsed);
       uReq = universalRequestFromNodeRequest(req, res, undefined, contextValues);
     } catch {
       refuse(res, protocol, new ConnectError("the request has no authority (Host) header", Code.InvalidArgument), domain.invalidReason, domain.domain, 400);
       return;
     }
     if (!framing.get) {
-      uReq = { ...uReq, header: withoutEncoding(uReq.header), body: checkedBody(req, method, framing.framing, limits.maxRequestBytes, domain) };
+      uReq = { ...uReq, header: withoutEncoding(uReq.header), body: checkedBody(req, method, framing.framing, limits.maxRequestBytes, domain, parsed) };
     }
     handler(uReq)
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
@@ -147,14 +167,14 @@ function withoutEncoding(header: Headers): Headers {
 }
 
 /** The request body as Connect will read it: checked as it streams; a problem becomes the domain's typed error. */
-function checkedBody(req: NodeRequest, method: DescMethod, framing: Framing, maxBytes: number, domain: AdapterDomain): AsyncIterable<Uint8Array> {
+function checkedBody(req: NodeRequest, method: DescMethod, framing: Framing, maxBytes: number, domain: AdapterDomain, parsed: ParsedMessages): AsyncIterable<Uint8Array> {
   return {
     async *[Symbol.asyncIterator]() {
       // Not destroyed when reading stops early: the answer still has to go out.
       const source = (req as unknown as Readable).iterator({ destroyOnReturn: false });
       const single = method.methodKind === "unary" || method.methodKind === "server_streaming";
       try {
-        yield* checkedRequestBody(source, method.input, framing, maxBytes, single);
+        yield* checkedRequestBody(source, method.input, framing, maxBytes, single, parsed);
       } catch (error) {
         if (error instanceof RequestProblemError) throw problemError(error.problem, domain);
         throw error;
@@ -175,11 +195,12 @@ export function problemError(problem: RequestProblem, domain: AdapterDomain): Co
 }
 
 /**
- * A Connect GET request carries its message in the query. A query that
- * does not decode is replaced by an empty JSON message, with the problem
- * recorded as for a body.
+ * A Connect GET request carries its message in the query. It is parsed
+ * here like a body, and Connect gets an empty JSON message in the query
+ * instead; a query that does not parse records its problem in the call's
+ * context, raised by the interceptor after authentication.
  */
-function checkedGetUrl(url: string, method: DescMethod, contextValues: ReturnType<typeof createContextValues>): string {
+function checkedGetUrl(url: string, method: DescMethod, contextValues: ReturnType<typeof createContextValues>, parsed: ParsedMessages): string {
   const [path, query = ""] = url.split("?", 2);
   const params = new URLSearchParams(query);
   const message = params.get("message") ?? "";
@@ -191,13 +212,44 @@ function checkedGetUrl(url: string, method: DescMethod, contextValues: ReturnTyp
     problem = { kind: "malformed", message: "a GET request needs encoding=json or encoding=proto" };
   } else {
     const bytes = params.get("base64") === "1" ? Buffer.from(message, "base64url") : Buffer.from(message, "utf8");
-    const found = checkMessage(method.input, bytes, binary);
-    if (found !== undefined) problem = { kind: "malformed", message: found };
+    const result = parseMessage(method.input, bytes, binary);
+    if ("problem" in result) problem = { kind: "malformed", message: result.problem };
+    else parsed.push(result.message);
   }
-  if (problem === undefined) return url;
-  contextValues.set(requestProblemKey, problem);
+  if (problem !== undefined) contextValues.set(requestProblemKey, problem);
   const empty = Buffer.from(emptyBody({ enveloped: false, binary: false })).toString("utf8");
   return `${path}?${new URLSearchParams({ connect: params.get("connect") ?? "v1", encoding: "json", message: empty }).toString()}`;
+}
+
+/**
+ * The outermost interceptor: raises a GET query's problem, and hands the
+ * interceptors inside it and the service the request message parsed by
+ * this adapter in place of the empty stand-in Connect parsed. A call
+ * without its parsed message cannot happen; it fails as `internal` rather
+ * than reach the service with an empty request.
+ */
+function parsedRequestInterceptor(domainOf: (typeName: string) => AdapterDomain): Interceptor {
+  return (next) => async (req) => {
+    const domain = domainOf(req.service.typeName);
+    const problem = req.contextValues.get(requestProblemKey);
+    if (problem !== undefined) throw problemError(problem, domain);
+    const parsed = req.contextValues.get(parsedMessagesKey);
+    const take = () => {
+      const message = parsed?.take();
+      if (message === undefined) {
+        throw new ConnectError("internal error", Code.Internal, undefined, [{ desc: ErrorDetailSchema, value: { reason: "internal", domain: domain.domain } }]);
+      }
+      return message;
+    };
+    if (!req.stream) return next({ ...req, message: take() });
+    const source = req.message;
+    return next({
+      ...req,
+      message: (async function* () {
+        for await (const _standIn of source) yield take();
+      })(),
+    });
+  };
 }
 
 /** Answers a request that never reaches Connect, in its protocol's own error form. */
@@ -215,6 +267,27 @@ function refuse(res: NodeResponse, protocol: Protocol, error: ConnectError, reas
   // gRPC and gRPC-Web: a trailers-only response, the status in the headers.
   const headers: Record<string, string> = { "content-type": protocol === "grpc" ? "application/grpc" : "application/grpc-web+proto" };
   setTrailerStatus(new Headers(), error).forEach((value, key) => (headers[key] = value));
+  if ("stream" in res) {
+    respondTrailersOnly(res, headers);
+    return;
+  }
   res.writeHead(200, headers);
   res.end();
+}
+
+/**
+ * The trailers-only form gRPC clients expect on HTTP/2: one HEADERS frame
+ * that carries the status and ends the stream. (The compatibility API's
+ * `writeHead` + `end` sends the headers without END_STREAM and ends the
+ * stream with an empty DATA frame; grpcio then reads no status at all and
+ * reports `UNKNOWN: Stream removed`.) The rest of the request, if the
+ * client is still sending, is read and dropped, so the stream closes
+ * normally instead of being reset; the listener's request timeout bounds a
+ * client that never stops.
+ */
+function respondTrailersOnly(res: http2.Http2ServerResponse, headers: Record<string, string>): void {
+  const { stream } = res;
+  if (stream.destroyed || stream.headersSent) return;
+  stream.respond({ ":status": 200, ...headers }, { endStream: true });
+  if (!res.req.readableEnded) res.req.resume();
 }

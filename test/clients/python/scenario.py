@@ -210,6 +210,57 @@ def main():
 
     step(
         summary,
+        "unauthenticated_missing",
+        lambda: expect_error(lambda: lanes.GetRegistry(lane_service_pb2.GetRegistryRequest(), timeout=DEADLINE_S)),
+    )
+
+    # Methods and services the server does not have: a trailers-only answer,
+    # which grpcio must read as UNIMPLEMENTED with its details.
+    def unknown_call(path):
+        return channel.unary_unary(
+            path,
+            request_serializer=lane_service_pb2.GetRegistryRequest.SerializeToString,
+            response_deserializer=lane_service_pb2.GetRegistryResponse.FromString,
+        )
+
+    step(
+        summary,
+        "unimplemented",
+        lambda: {
+            "method_without_token": expect_error(
+                lambda: unknown_call("/laneway.lane.v1.LaneService/NoSuchMethod")(
+                    lane_service_pb2.GetRegistryRequest(), timeout=DEADLINE_S
+                )
+            ),
+            "method_with_token": expect_error(
+                lambda: unknown_call("/laneway.lane.v1.LaneService/NoSuchMethod")(
+                    lane_service_pb2.GetRegistryRequest(), metadata=bearer(atlas), timeout=DEADLINE_S
+                )
+            ),
+            "service": expect_error(
+                lambda: unknown_call("/laneway.nosuch.v1.NoSuchService/Get")(
+                    lane_service_pb2.GetRegistryRequest(), metadata=bearer(atlas), timeout=DEADLINE_S
+                )
+            ),
+        },
+    )
+
+    # A body the server refuses before the first message reaches the
+    # service: bytes that are no HealthCheckRequest.
+    step(
+        summary,
+        "malformed_body",
+        lambda: expect_error(
+            lambda: channel.unary_unary(
+                "/grpc.health.v1.Health/Check",
+                request_serializer=lambda raw: raw,
+                response_deserializer=health_pb2.HealthCheckResponse.FromString,
+            )(b"\xff\xff\xff\xff\x0f", timeout=DEADLINE_S)
+        ),
+    )
+
+    step(
+        summary,
         "invalid",
         lambda: expect_error(
             lambda: commands.SubmitCommand(
