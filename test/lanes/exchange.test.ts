@@ -20,6 +20,7 @@ import {
   type LaneClient,
 } from "../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
+import { rawCall } from "../helpers/raw-rpc.js";
 import { waitFor } from "../helpers/wait-for.js";
 
 /**
@@ -241,6 +242,19 @@ describe("replay pages and cursors", () => {
       for await (const page of atlas.follow({ lane: "measurements", cursor: 2n ** 63n + 1n })) throw new Error(`unexpected page at ${page.cursor}`);
     }, Code.Aborted, "lane_cursor");
     expect(follow.rawMessage).toContain("cursor 9223372036854775809 is beyond the end");
+    // JSON on the wire: quoted (proto3's form) or a bare number literal, every digit arrives.
+    for (const cursor of ['"9223372036854775807"', "9223372036854775807"]) {
+      const answer = await rawCall({
+        baseUrl: laneway.url,
+        protocol: "connect",
+        path: "/laneway.lane.v1.LaneService/Replay",
+        contentType: "application/json",
+        token: laneway.tokens.atlas,
+        body: Buffer.from(`{"lane":"measurements","cursor":${cursor}}`),
+      });
+      expect(answer.reason).toBe("lane_cursor");
+      expect(answer.error?.rawMessage).toContain("cursor 9223372036854775807 is beyond the end");
+    }
     // The cursor at the end itself is valid: an empty page.
     const atEnd = await atlas.replay({ lane: "measurements", cursor: page.lastSequence });
     expect(atEnd.events).toEqual([]);

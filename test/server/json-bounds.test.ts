@@ -5,7 +5,9 @@ import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection as ServerReflectionV1 } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { lanewayServices } from "../../src/server/laneway-server.js";
-import { JSON_BOUNDS, jsonBoundsProblem } from "../../src/server/wire/json-bounds.js";
+import { ReplayRequestSchema } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { JSON_BOUNDS, jsonBoundsProblem, quoteIntegers } from "../../src/server/wire/json-bounds.js";
+import { parseMessage } from "../../src/server/wire/request-body.js";
 import { SeededRandom } from "../helpers/seeded-random.js";
 
 /**
@@ -208,5 +210,28 @@ describe("the contract's requests fit the bounds with room to spare", () => {
     expect(size.depth).toBeLessThan(10);
     expect(size.widest * 8).toBeLessThanOrEqual(maxMembers);
     expect(size.total * 10).toBeLessThanOrEqual(maxTotalMembers);
+  });
+});
+
+describe("integers beyond 2^53 keep every digit", () => {
+  const quoted = (text: string) => {
+    const ranges: number[] = [];
+    expect(jsonBoundsProblem(Buffer.from(text, "utf8"), JSON_BOUNDS, ranges)).toBeUndefined();
+    return Buffer.from(quoteIntegers(Buffer.from(text, "utf8"), ranges)).toString("utf8");
+  };
+
+  test("an unsafe integer literal is quoted, a safe one or a decimal is not", () => {
+    expect(quoted('{"cursor":9223372036854775808}')).toBe('{"cursor":"9223372036854775808"}');
+    expect(quoted('{"a":9007199254740991,"b":9007199254740992,"c":-9007199254740993}')).toBe('{"a":9007199254740991,"b":"9007199254740992","c":"-9007199254740993"}');
+    expect(quoted('{"a":1.5e300,"b":"9223372036854775808","c":[18446744073709551615, 1]}')).toBe('{"a":1.5e300,"b":"9223372036854775808","c":["18446744073709551615", 1]}');
+  });
+
+  test("byte offsets hold after multi-byte characters", () => {
+    expect(quoted('{"é✓":"ü","n":12345678901234567890}')).toBe('{"é✓":"ü","n":"12345678901234567890"}');
+  });
+
+  test("the message parsed from JSON holds the exact value", () => {
+    const parsed = parseMessage(ReplayRequestSchema, Buffer.from('{"lane":"l","cursor":9223372036854775809}', "utf8"), false);
+    expect("message" in parsed && (parsed.message as { cursor: bigint }).cursor).toBe(2n ** 63n + 1n);
   });
 });

@@ -52,7 +52,7 @@ const VALUE = 2;
  * in Laneway's words (never quoting the text), or undefined when the text
  * is within them.
  */
-export function jsonBoundsProblem(bytes: Uint8Array, bounds: JsonBounds = JSON_BOUNDS): string | undefined {
+export function jsonBoundsProblem(bytes: Uint8Array, bounds: JsonBounds = JSON_BOUNDS, unsafeIntegers?: number[]): string | undefined {
   const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const length = text.byteLength;
   const { maxDepth, maxMembers, maxTotalMembers } = bounds;
@@ -147,6 +147,11 @@ export function jsonBoundsProblem(bytes: Uint8Array, bounds: JsonBounds = JSON_B
           const problem = countMember();
           if (problem !== undefined) return problem;
         }
+        if (expect === VALUE && unsafeIntegers !== undefined) {
+          const end = numberEnd(text, i);
+          if (isUnsafeInteger(text, i, end)) unsafeIntegers.push(i, end);
+          if (end > i) i = end - 1;
+        }
         expect = NOTHING;
         break;
     }
@@ -155,6 +160,54 @@ export function jsonBoundsProblem(bytes: Uint8Array, bounds: JsonBounds = JSON_B
 }
 
 const notJson = "the request body is not valid JSON";
+
+/** Where the number token starting at `start` ends (start itself when none starts there). */
+function numberEnd(text: Buffer, start: number): number {
+  let end = start;
+  for (; end < text.byteLength; end++) {
+    const byte = text[end]!;
+    // Digits, sign, decimal point and exponent: what a JSON number is made of.
+    if (!((byte >= 0x30 && byte <= 0x39) || byte === 0x2d || byte === 0x2b || byte === 0x2e || byte === 0x65 || byte === 0x45)) break;
+  }
+  return end;
+}
+
+const maxSafeDigits = String(Number.MAX_SAFE_INTEGER);
+
+/** Whether text[start, end) is an integer literal that a JavaScript number cannot hold exactly. */
+function isUnsafeInteger(text: Buffer, start: number, end: number): boolean {
+  const from = text[start] === 0x2d ? start + 1 : start;
+  const digits = end - from;
+  if (digits < maxSafeDigits.length) return false;
+  for (let i = from; i < end; i++) if (text[i]! < 0x30 || text[i]! > 0x39) return false;
+  return digits > maxSafeDigits.length || text.toString("latin1", from, end) > maxSafeDigits;
+}
+
+/**
+ * The bytes with each unsafe integer literal quoted (byte ranges as the
+ * scan recorded them). Proto3's JSON form writes 64-bit integers as strings and
+ * accepts both; quoted, a uint64 of 2^63 reaches the message exactly
+ * instead of being rounded by `JSON.parse` (the contract has no
+ * floating-point fields that a string could change).
+ */
+export function quoteIntegers(bytes: Uint8Array, ranges: readonly number[]): Uint8Array {
+  const out = Buffer.allocUnsafe(bytes.byteLength + ranges.length);
+  let written = 0;
+  let at = 0;
+  for (let i = 0; i < ranges.length; i += 2) {
+    const start = ranges[i]!;
+    const end = ranges[i + 1]!;
+    out.set(bytes.subarray(at, start), written);
+    written += start - at;
+    out[written++] = QUOTE;
+    out.set(bytes.subarray(start, end), written);
+    written += end - start;
+    out[written++] = QUOTE;
+    at = end;
+  }
+  out.set(bytes.subarray(at), written);
+  return out;
+}
 
 /**
  * Records an object key, or names the problem when the object already has

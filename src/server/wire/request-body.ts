@@ -3,7 +3,7 @@ import * as zlib from "node:zlib";
 import { fromBinary, fromJson, type DescMessage, type JsonValue, type Message } from "@bufbuild/protobuf";
 import { createContextKey } from "@connectrpc/connect";
 import { encodeEnvelope } from "@connectrpc/connect/protocol";
-import { jsonBoundsProblem } from "./json-bounds.js";
+import { jsonBoundsProblem, quoteIntegers } from "./json-bounds.js";
 import { unknownEnumName } from "./json-enums.js";
 
 /**
@@ -243,11 +243,13 @@ export function parseMessage(input: DescMessage, bytes: Uint8Array, binary: bool
     }
   }
   // Bounded before anything is built: nesting, members, duplicate keys.
-  const bounded = jsonBoundsProblem(bytes);
+  // Integer literals beyond 2^53 are noted too, to be quoted before parsing.
+  const unsafeIntegers: number[] = [];
+  const bounded = jsonBoundsProblem(bytes, undefined, unsafeIntegers);
   if (bounded !== undefined) return { problem: bounded };
   let json: JsonValue;
   try {
-    json = JSON.parse(utf8.decode(bytes)) as JsonValue;
+    json = JSON.parse(utf8.decode(unsafeIntegers.length === 0 ? bytes : quoteIntegers(bytes, unsafeIntegers))) as JsonValue;
   } catch (error) {
     return { problem: error instanceof SyntaxError ? "the request body is not valid JSON" : "the request body is not valid UTF-8" };
   }
