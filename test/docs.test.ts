@@ -71,7 +71,9 @@ for (const page of pages) {
   describe(page, () => {
     let demo: { server: LanewayServer; cwd: string };
 
-    test("its examples run as printed", async () => {
+    // A hang guard, not a speed bound: each block starts processes (npx,
+    // node with tsx), which on a busy machine take many seconds each.
+    test("its examples run as printed", { timeout: 60_000 + 30_000 * runnable.length }, async () => {
       demo = await startDemo();
       try {
         const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: demo.cwd, LANEWAY_ADDRESS: demo.server.url };
