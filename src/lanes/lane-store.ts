@@ -434,6 +434,50 @@ export class LaneStore {
     );
   }
 
+  /**
+   * Follows one key of a bucket: `onValue` gets the value it holds now and
+   * every later one, with its revision, through an ordered consumer (only
+   * stored values, never a refused write), until the returned `stop` is
+   * called or the connection ends (then `onEnd`).
+   */
+  async watchKey(
+    bucket: string,
+    key: string,
+    onValue: (value: Uint8Array, revision: number) => void,
+    onEnd: () => void,
+    signal?: AbortSignal,
+  ): Promise<() => void> {
+    const { consumer, messages } = await this.run(
+      async () => {
+        const { js } = await this.#current();
+        const consumer = await js.consumers.get(`KV_${bucket}`, { filter_subjects: [`$KV.${bucket}.${key}`], deliver_policy: DeliverPolicy.LastPerSubject });
+        return { consumer, messages: await consumer.consume({ max_messages: 16 }) };
+      },
+      "watching a key",
+      signal,
+    );
+    void (async () => {
+      try {
+        for await (const message of messages) {
+          const operation = message.headers?.get("KV-Operation");
+          if (operation === "DEL" || operation === "PURGE") continue;
+          onValue(message.data, message.seq);
+        }
+      } catch {
+        // The connection went away: the watcher ends, and its owner reads the key again.
+      } finally {
+        onEnd();
+      }
+    })();
+    return () => {
+      // Closed and deleted at once: an ordered consumer would otherwise stay on the server until its inactivity threshold.
+      void Promise.resolve()
+        .then(() => messages.close())
+        .then(() => consumer.delete())
+        .catch(() => undefined);
+    };
+  }
+
   /** The configuration a lane stream must have; compared field by field at startup. */
   static laneStreamConfig(input: {
     name: string;

@@ -13,9 +13,10 @@ import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, recei
  * - a group that never claimed has no ledger: inspection shows revision 0
  *   and 0 slots; receipts are stale there, a recovery has nothing to
  *   recover, and none of this creates the ledger;
- * - a ledger written in another state format (an incompatible older
- *   writer) is refused with lane_conflict, by every operation, and left as
- *   it is; a ledger that is not readable at all is lane_unavailable;
+ * - a ledger written in another state format (the JSON ledger of state
+ *   format 3, as an older Laneway wrote it) is refused with lane_conflict
+ *   naming the format, by every operation, and left as it is; a ledger that
+ *   is not readable at all is lane_unavailable;
  * - a claim that finds only events after the cursor moves the cursor past
  *   them, so that events leaving retention (2 s here) are no gap of this
  *   group: no lane_cursor for records that were never work.
@@ -86,12 +87,13 @@ test("a group that never claimed: inspection shows revision 0 and no slots, rece
   expect((await inspectGroup(beacon, "fresh", "idle")).slots).toBe(1);
 });
 
-test("a ledger in an older state format is refused with lane_conflict by every operation and left unchanged; an unreadable one is lane_unavailable", async () => {
+test("a ledger in state format 3 is refused with lane_conflict naming the format by every operation and left unchanged; an unreadable one is lane_unavailable", async () => {
   const [record] = await publishWork(atlas, "older", ["older-1"]);
   // Laneway knows the group first (its ledger is cached), then an older writer replaces the value.
   const work = (await claimOne(beacon, "older", "g"))!;
   expect(work.record!.sequence).toBe(record!.sequence);
-  const older = JSON.stringify({ f: 2, cursor: 1, d: [] });
+  // What a Laneway of state format 3 stored: a JSON ledger with one-letter keys.
+  const older = JSON.stringify({ f: 3, cursor: 1, rotation: 0, turn: "retry", missing: 0, slots: 1, d: [{ s: 1, p: "beacon", a: 1, st: "leased", le: Date.now() + 30_000, r: "x".repeat(43) }], rec: [] });
   await putLedgerValue(nats.url, "edges", "older", "g", older);
   const where = { lane: "older", group: "g" };
   await publishWork(atlas, "older", ["older-2"]);
@@ -102,7 +104,7 @@ test("a ledger in an older state format is refused with lane_conflict by every o
     () => beacon.recoverGroup({ ...where, id: "against-older", revision: 1n, cursorThrough: 1n }),
   ]) {
     const error = await expectLaneError(call, Code.Aborted, "lane_conflict");
-    expect(error.rawMessage).toContain("state format 2");
+    expect(error.rawMessage).toContain("a group ledger was written in state format 3; this Laneway reads format 4");
     expect(error.rawMessage).not.toContain(work.receipt);
     expect(error.rawMessage).not.toContain(nats.url.replace("nats://", ""));
   }
@@ -132,8 +134,15 @@ test("a claim that finds only events after the cursor moves past them: once thos
   expect((await worker.claim(where)).work).toBeUndefined();
   const passed = await inspectGroup(worker, "mixed", "g");
   expect([passed.cursor, passed.lastSequence]).toEqual([lastEvent, lastEvent]);
-  // Everything leaves retention; the group has no gap.
-  await waitFor(async () => (await inspectGroup(worker, "mixed", "g")).firstRetained === 0n, { timeoutMs: 30_000, intervalMs: 200, what: "the lane's records to expire" });
+  // Everything leaves retention (the first retained is then the next sequence); the group has no gap.
+  const expired = await waitFor(
+    async () => {
+      const g = await inspectGroup(worker, "mixed", "g");
+      return g.firstRetained > lastEvent ? g : undefined;
+    },
+    { timeoutMs: 30_000, intervalMs: 200, what: "the lane's records to expire" },
+  );
+  expect([expired.firstRetained, expired.lastSequence]).toEqual([lastEvent + 1n, lastEvent]);
   expect((await worker.claim(where)).work).toBeUndefined();
   const [later] = await publishWork(publisher, "mixed", ["mixed-work-2"]);
   const next = (await claimOne(worker, "mixed", "g"))!;
