@@ -67,6 +67,11 @@ export function groupSignalSubject(namespace: string, lane: string, group: strin
   return `laneway.${namespace}.${lane}.grp.${group}`;
 }
 
+/** Every group signal subject of a namespace (one subscription per Laneway process). */
+export function groupSignalSubjects(namespace: string): string {
+  return `laneway.${namespace}.*.grp.*`;
+}
+
 export function reservationKey(lane: string, project: string, id: string): string {
   return `${lane}.${project}.${id}`;
 }

@@ -21,7 +21,7 @@ import { decodeAdmissions, decodeLedger, encodeAdmissions, encodeLedger } from "
 import type { LaneStore } from "./lane-store.js";
 import { admissionHeadroom, slotLimit, worstCaseLedgerBytes } from "./ledger-capacity.js";
 import type { LaneWatchers } from "./lane-watcher.js";
-import { groupKey, groupSignalSubject } from "./names.js";
+import { groupKey, groupSignalSubject, groupSignalSubjects } from "./names.js";
 import type { Namespace } from "./namespace.js";
 import { GroupReceipts } from "./receipts.js";
 import type { LaneRegistry } from "./registry.js";
@@ -166,8 +166,14 @@ const SCAN_LIMIT = 512;
 const READ_AHEAD = 16;
 /** The most records the record cache holds (and so the most work a read-ahead can list). */
 const RECORD_CACHE = 4_096;
-/** How long a process told of contention waits, at most, for another process's write before its own. */
+/**
+ * How long a process told of contention waits, at most, for another
+ * process's write before its own: 10 ms, doubled for each write the other
+ * process lost in a row, at most 320 ms — so a process on a slow or busy
+ * machine still gets its turn.
+ */
 const YIELD_MS = 10;
+const YIELD_MAX_MS = 320;
 /** How long contention lasts after the last sign of it (a lost CAS, a signal). */
 const CONTENTION_WINDOW_MS = 250;
 /** How long a group's key is watched after the last sign of contention. */
@@ -213,6 +219,9 @@ export class WorkGroups {
   readonly #admissions: Admissions;
   /** This process, on the groups' signal subjects (its own signals are ignored). */
   readonly #process = randomBytes(8).toString("hex");
+  /** The one subscription to every group's signal subject of the namespace, per connection. */
+  #signals: { unsubscribe: () => void; generation: number } | undefined;
+  #closed = false;
 
   constructor(
     private readonly store: LaneStore,
@@ -242,7 +251,32 @@ export class WorkGroups {
     }
   }
 
+  /** Subscribes to the namespace's group signals (again after a reconnect): other processes say so when a write of theirs lost. */
+  async #ensureSignals(): Promise<void> {
+    if (this.#closed || (this.#signals !== undefined && this.#signals.generation === this.store.generation)) return;
+    this.#signals?.unsubscribe();
+    this.#signals = undefined;
+    let nc;
+    try {
+      nc = await this.store.connection();
+    } catch {
+      return; // not connected: the next operation tries again
+    }
+    if (this.#signals !== undefined || this.#closed) return;
+    const prefix = `laneway.${this.namespace.config.namespace}.`;
+    const subscription = nc.subscribe(groupSignalSubjects(this.namespace.config.namespace), {
+      callback: (_error, message) => {
+        const [lane, , group] = message.subject.slice(prefix.length).split(".");
+        const [from, streak] = message.string().split(" ");
+        if (from === this.#process || lane === undefined || group === undefined) return;
+        this.#actors.get(groupKey(lane, group))?.onSignal(Number(streak) || 0);
+      },
+    });
+    this.#signals = { unsubscribe: () => subscription.unsubscribe(), generation: this.store.generation };
+  }
+
   #actor(lane: string, group: string): GroupActor {
+    void this.#ensureSignals();
     const key = groupKey(lane, group);
     let actor = this.#actors.get(key);
     if (actor === undefined) {
@@ -336,8 +370,11 @@ export class WorkGroups {
     return new Promise<RecoveryResult>((resolve, reject) => this.#actor(lane, group).enqueue({ kind: "recover", request: params, settle: { resolve, reject, signal } }));
   }
 
-  /** Stops every group's watches and signal subscriptions. */
+  /** Stops every group's watch and the signal subscription. */
   close(): void {
+    this.#closed = true;
+    this.#signals?.unsubscribe();
+    this.#signals = undefined;
     for (const actor of this.#actors.values()) actor.close();
   }
 }
@@ -436,13 +473,13 @@ class GroupActor {
   readonly #contention = {
     /** Until when this process lets its writes wait for another process's. */
     yieldUntil: 0,
+    /** How long each of those writes waits at most. */
+    yieldMs: YIELD_MS,
     /** Last sign of contention (epoch ms). */
     lastSeen: 0,
     /** The watch of the group's key, while contended. */
     watch: undefined as { stop: () => void; generation: number } | undefined,
     watchStarting: false,
-    /** The signal subscription. */
-    signals: undefined as { unsubscribe: () => void; generation: number } | undefined,
     /** Wakes whoever waits for the cache to move. */
     waiters: new Set<() => void>(),
     /** Revisions this process wrote lately (a watch shows them too). */
@@ -464,15 +501,28 @@ class GroupActor {
 
   enqueue(operation: Operation): void {
     this.#queue.push(operation);
-    if (!this.#running) void this.#drain();
+    if (this.#running) return;
+    // The first operation waits one turn of the event loop, so that the
+    // calls arriving together (a burst of acks) share its compare-and-set.
+    this.#running = true;
+    setImmediate(() => void this.#drain());
   }
 
   close(): void {
     this.#closed = true;
     this.#contention.watch?.stop();
     this.#contention.watch = undefined;
-    this.#contention.signals?.unsubscribe();
-    this.#contention.signals = undefined;
+  }
+
+  /** Another process says a write of its own on this group lost (`streak` times in a row before). */
+  onSignal(streak: number): void {
+    const c = this.#contention;
+    const now = this.#now();
+    const wait = Math.min(YIELD_MAX_MS, YIELD_MS * 2 ** Math.min(Math.max(streak, 0), 10));
+    c.yieldMs = c.yieldUntil > now ? Math.max(c.yieldMs, wait) : wait;
+    c.lastSeen = now;
+    c.yieldUntil = now + CONTENTION_WINDOW_MS + c.yieldMs;
+    void this.#ensureWatch();
   }
 
   /** When the next lease ends or retry falls due, from the last state seen. */
@@ -484,7 +534,6 @@ class GroupActor {
   }
 
   async #drain(): Promise<void> {
-    this.#running = true;
     try {
       while (this.#queue.length > 0) {
         const batch = this.#queue.splice(0);
@@ -657,13 +706,13 @@ class GroupActor {
   async #conflicted(revision: number, attempt: number, signal?: AbortSignal): Promise<void> {
     const c = this.#contention;
     c.lastSeen = this.#now();
-    await this.#signal();
+    await this.#signal(attempt);
     await this.#ensureWatch(signal);
     if (!(await this.#waitNewer(revision, CONFLICT_WAIT_MS, signal))) {
       await this.#load(signal);
+      // Not followed (the watch could not start): repeated losses back off a little.
+      if (attempt >= 3 && c.watch === undefined) await jitter(attempt - 3);
     }
-    // Repeated losses back off a little, so that a burst of writers spreads out.
-    if (attempt >= 3) await jitter(attempt - 3);
   }
 
   /** Waits until the cache holds a revision above `revision`; false after `ms`. */
@@ -693,7 +742,6 @@ class GroupActor {
    * this process has seen a write of another process (or YIELD_MS passed).
    */
   async #yieldTurn(signal?: AbortSignal): Promise<void> {
-    await this.#ensureSignals();
     const c = this.#contention;
     const now = this.#now();
     if (c.yieldUntil <= now) {
@@ -718,44 +766,20 @@ class GroupActor {
       const wake = () => {
         if (c.foreignRevision > seen) done();
       };
-      const timer = setTimeout(done, YIELD_MS);
+      const timer = setTimeout(done, c.yieldMs);
       signal?.addEventListener("abort", done, { once: true });
       c.waiters.add(wake);
     });
   }
 
-  /** Tells the other processes on this group that a CAS of this one lost. */
-  async #signal(): Promise<void> {
+  /** Tells the other processes on this group that a CAS of this one lost (`streak` times in a row before). */
+  async #signal(streak: number): Promise<void> {
     try {
       const nc = await this.#store.connection();
-      nc.publish(groupSignalSubject(this.#namespace.config.namespace, this.#lane, this.#group), this.#options.process);
+      nc.publish(groupSignalSubject(this.#namespace.config.namespace, this.#lane, this.#group), `${this.#options.process} ${streak}`);
     } catch {
       // Not connected: the retry will report the broker.
     }
-  }
-
-  /** Subscribes to the group's signal subject (again after a reconnect). */
-  async #ensureSignals(): Promise<void> {
-    const c = this.#contention;
-    if (this.#closed || (c.signals !== undefined && c.signals.generation === this.#store.generation)) return;
-    c.signals?.unsubscribe();
-    c.signals = undefined;
-    let nc;
-    try {
-      nc = await this.#store.connection();
-    } catch {
-      return;
-    }
-    const subscription = nc.subscribe(groupSignalSubject(this.#namespace.config.namespace, this.#lane, this.#group), {
-      callback: (_error, message) => {
-        if (message.string() === this.#options.process) return;
-        const now = this.#now();
-        c.lastSeen = now;
-        c.yieldUntil = now + CONTENTION_WINDOW_MS;
-        void this.#ensureWatch();
-      },
-    });
-    c.signals = { unsubscribe: () => subscription.unsubscribe(), generation: this.#store.generation };
   }
 
   /** Follows the group's key while contended: every write of any process refreshes the cache. */
