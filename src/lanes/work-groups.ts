@@ -160,10 +160,18 @@ export const ADMISSIONS_KEY = "_admissions";
 /** Records a fresh-work scan reads from the stream per claim attempt, at most. */
 const SCAN_LIMIT = 512;
 /**
- * Records a read asks for beyond what the claims still want: the work among
- * them waits in the record cache for the next claims (read-ahead).
+ * Records a read asks for beyond what the claims still want (at least 16,
+ * and as many as they want): the work among them waits in the record cache
+ * for the next claims (read-ahead), which then need no read of the lane.
  */
 const READ_AHEAD = 16;
+/**
+ * A record this process read is taken as still retained, without asking the
+ * broker for the lane's range, while it is at least this far from the end
+ * of its retention by this process's clock (the largest of 2 s and
+ * operation_timeout: room for clock skew between Laneway and the broker).
+ */
+const RETAINED_MARGIN_MS = 2_000;
 /** The most records the record cache holds (and so the most work a read-ahead can list). */
 const RECORD_CACHE = 4_096;
 /**
@@ -193,6 +201,14 @@ interface ReadAhead {
   from: number;
   through: number;
   work: number[];
+  /** When the stream stored the oldest record read in this span (records after it are younger). */
+  oldestStoredAt: number;
+}
+
+/** A record of the lane this process read: its envelope, and when the stream stored it. */
+interface CachedRecord {
+  readonly envelope: Envelope;
+  readonly storedAt: number;
 }
 
 type Operation =
@@ -466,7 +482,7 @@ class GroupActor {
   #running = false;
   #closed = false;
   /** Envelopes of recently read records of the lane, by sequence. */
-  readonly #records = new Map<number, Envelope>();
+  readonly #records = new Map<number, CachedRecord>();
   /** The lane's records read ahead of the cursor (see ReadAhead). */
   #ahead: ReadAhead | undefined;
   /** Contention with other processes (see the module's comment). */
@@ -592,7 +608,6 @@ class GroupActor {
     const claims = batch.filter((op) => op.kind === "claim");
     const wanted = claims.reduce((n, c) => n + (c.kind === "claim" ? c.max : 0), 0);
     const recovers = batch.some((op) => op.kind === "recover");
-    const needsRange = claims.length > 0 || recovers;
     let grownTo = 0;
     let capacityError: unknown;
     // A recovery quotes a revision: compare it with the state as it is now, not as this process last saw it.
@@ -611,8 +626,12 @@ class GroupActor {
       }
       const draft = this.#draftOf(state.ledger, bounds);
       if (grownTo > 0) draft.growTo(grownTo);
-      const range = needsRange ? await this.#range(signal) : undefined;
-      const candidates = claims.length > 0 ? await this.#candidates(draft, wanted, range!, settlements(batch), signal) : undefined;
+      // A recovery needs the lane's range; a claim asks for it only when what it read ahead cannot prove the work is there.
+      let range = recovers ? await this.#range(signal) : undefined;
+      const candidates =
+        claims.length > 0
+          ? await this.#candidates(draft, wanted, settlements(batch), signal, async () => (range ??= await this.#range(signal)))
+          : undefined;
       const outcomes: (() => void)[] = [];
       const leasedBy = new Map<Operation, number>();
       let shortfall = 0;
@@ -898,63 +917,80 @@ class GroupActor {
   }
 
   #delivery(leased: Leased): WorkDelivery {
-    const envelope = this.#records.get(leased.sequence);
-    if (envelope === undefined) throw new Error(`the record of delivery ${leased.sequence} was not read before it was leased`);
-    return { record: recordOf(envelope, leased.sequence), receipt: leased.receipt, attempt: leased.attempt, leaseExpiresAt: leased.leaseExpiresAt };
+    const cached = this.#records.get(leased.sequence);
+    if (cached === undefined) throw new Error(`the record of delivery ${leased.sequence} was not read before it was leased`);
+    return { record: recordOf(cached.envelope, leased.sequence), receipt: leased.receipt, attempt: leased.attempt, leaseExpiresAt: leased.leaseExpiresAt };
+  }
+
+  /** Whether a record stored at `storedAt` is surely still retained now (see RETAINED_MARGIN_MS). */
+  #surelyRetained(storedAt: number, now: number): boolean {
+    const bounds = this.#namespace.config.bounds;
+    return storedAt + bounds.retentionMs - Math.max(RETAINED_MARGIN_MS, bounds.operationTimeoutMs) > now;
   }
 
   /**
    * Reads what a claim may lease: the retained work after the cursor (up to
    * `wanted` records, reading at most 512 from the stream), and the records
    * of eligible retries. Fresh work comes first from what earlier claims
-   * read ahead; the stream is read for the rest, `wanted` records and a
-   * little more, paging on (in doubling pages) only while events are
-   * skipped; the work read beyond `wanted` is kept for the next claims.
+   * read ahead; the stream is read for the rest, `wanted` records and as
+   * many more, paging on (in doubling pages) only while events are skipped;
+   * the work read beyond `wanted` is kept for the next claims.
+   *
+   * The lane's range (a STREAM.INFO) is asked for only when the read-ahead
+   * cannot answer: when the claims want more than it holds, or when its
+   * records are too close to the end of their retention to prove that no
+   * unclaimed work after the cursor has left (a gap is lane_cursor).
    */
-  async #candidates(draft: LedgerDraft, wanted: number, range: LaneRange, settling: number, signal?: AbortSignal): Promise<ClaimCandidates> {
+  async #candidates(draft: LedgerDraft, wanted: number, settling: number, signal: AbortSignal | undefined, rangeOf: () => Promise<LaneRange>): Promise<ClaimCandidates> {
     const stream = this.#namespace.streams.get(this.#lane)!;
-    const { firstRetained, last } = range;
+    const now = draft.now;
     // As many as before the read-ahead (one scan of 512 records could offer no more), however many the claims want.
     const want = Math.min(Math.max(wanted, 1), SCAN_LIMIT);
     const fresh: number[] = [];
     let examinedThrough = draft.cursor;
     const start = draft.cursor + 1;
-    if (start <= last && start >= firstRetained) {
-      // Every sequence from `start` on is retained (records leave only from the front).
-      let next = start;
-      const ahead = this.#ahead;
-      if (ahead !== undefined && ahead.from <= start && start <= ahead.through) {
-        // What lies behind the cursor is of no use any more.
-        const behind = ahead.work.findIndex((s) => s >= start);
-        ahead.work.splice(0, behind < 0 ? ahead.work.length : behind);
-        ahead.from = start;
-        let through = Math.min(ahead.through, last);
-        for (const sequence of ahead.work) {
-          if (sequence > through) break;
-          const envelope = this.#records.get(sequence);
-          if (envelope === undefined) {
-            // Evicted from the record cache: read again from it.
-            through = sequence - 1;
-            break;
-          }
-          // Refreshed, so that the records read below cannot evict it before it is leased.
-          this.#cacheRecord(sequence, envelope);
-          fresh.push(sequence);
-          if (fresh.length >= want) {
-            through = sequence;
-            break;
-          }
+    let next = start;
+    let range: LaneRange | undefined;
+    const ahead = this.#ahead;
+    // Every record from the read-ahead's start on was read; while the oldest is surely retained, so is every later one (records leave only from the front).
+    const aheadRetained = ahead !== undefined && ahead.from <= start && start <= ahead.through + 1 && this.#surelyRetained(ahead.oldestStoredAt, now);
+    if (!aheadRetained) range = await rangeOf();
+    if (ahead !== undefined && ahead.from <= start && start <= ahead.through && (aheadRetained || start >= range!.firstRetained)) {
+      // What lies behind the cursor is of no use any more.
+      const behind = ahead.work.findIndex((s) => s >= start);
+      ahead.work.splice(0, behind < 0 ? ahead.work.length : behind);
+      ahead.from = start;
+      let through = range === undefined ? ahead.through : Math.min(ahead.through, range.last);
+      for (const sequence of ahead.work) {
+        if (sequence > through) break;
+        const cached = this.#records.get(sequence);
+        if (cached === undefined) {
+          // Evicted from the record cache: read again from it.
+          through = sequence - 1;
+          break;
         }
-        if (through >= next) {
-          examinedThrough = through;
-          next = through + 1;
+        // Refreshed, so that the records read below cannot evict it before it is leased.
+        this.#cacheRecord(sequence, cached);
+        fresh.push(sequence);
+        if (fresh.length >= want) {
+          through = sequence;
+          break;
         }
       }
+      if (through >= next) {
+        examinedThrough = through;
+        next = through + 1;
+      }
+    }
+    if (fresh.length < want) {
+      // More is wanted than was read ahead: how far the lane goes, and where it starts.
+      range ??= await rangeOf();
+      const { firstRetained, last } = range;
       let budget = SCAN_LIMIT;
       let page = 0;
-      while (fresh.length < want && next <= last && budget > 0) {
+      while (next >= firstRetained && fresh.length < want && next <= last && budget > 0) {
         // Each page after the first doubles, so that a run of events costs few reads.
-        page = Math.max(want - fresh.length + READ_AHEAD, page * 2);
+        page = Math.max(want - fresh.length + Math.max(READ_AHEAD, want), page * 2);
         const count = Math.min(last - next + 1, budget, page);
         budget -= count;
         const records = await this.#store.readFrom(stream, next, count, signal);
@@ -975,13 +1011,13 @@ class GroupActor {
           }
           next += 1;
           if (envelope.kind === "work") {
-            this.#cacheRecord(record.sequence, envelope);
+            this.#cacheRecord(record.sequence, { envelope, storedAt: record.storedAt });
             work.push(record.sequence);
             if (needed) fresh.push(record.sequence);
           }
           if (needed) examinedThrough = record.sequence;
         }
-        this.#readAhead(from, next - 1, work);
+        this.#readAhead(from, next - 1, work, records[0]?.storedAt ?? now);
         // A short read (a gap, or records not yet readable) ends the scan: what came is what it examined.
         if (stop || records.length < count) break;
       }
@@ -993,19 +1029,25 @@ class GroupActor {
     }
     const retained = new Set<number>();
     // The retries a claim may pick, in the order its rotation picks them.
-    const eligible = draft.deliveries.filter((d) => isEligible(d, draft.now));
+    const eligible = draft.deliveries.filter((d) => isEligible(d, now));
     const pivot = eligible.findIndex((d) => d.sequence > draft.rotation);
     const rotated = pivot <= 0 ? eligible : [...eligible.slice(pivot), ...eligible.slice(0, pivot)];
     // Operations applied before the claims in this batch (a nack of an
     // expired lease, an ack, a retirement) can each make one of these
     // ineligible, moving the claims further along the rotation.
     for (const delivery of rotated.slice(0, Math.max(wanted, 1) + settling)) {
+      const cached = this.#records.get(delivery.sequence);
+      if (cached !== undefined && this.#surelyRetained(cached.storedAt, now)) {
+        // Refreshed, so that remembering the records read below cannot evict it before it is leased.
+        this.#cacheRecord(delivery.sequence, cached);
+        retained.add(delivery.sequence);
+        continue;
+      }
       // Records leave only by age, from the front: below the first retained
       // sequence a record is gone, even when this process still remembers it.
-      if (delivery.sequence < firstRetained) continue;
-      const cached = this.#records.get(delivery.sequence);
+      range ??= await rangeOf();
+      if (delivery.sequence < range.firstRetained) continue;
       if (cached !== undefined) {
-        // Refreshed, so that remembering the records read below cannot evict it before it is leased.
         this.#cacheRecord(delivery.sequence, cached);
         retained.add(delivery.sequence);
         continue;
@@ -1013,15 +1055,16 @@ class GroupActor {
       const record = await this.#store.bySequence(stream, delivery.sequence, signal);
       const envelope = record ? decodeEnvelope(record.data) : undefined;
       if (envelope !== undefined) {
-        this.#cacheRecord(delivery.sequence, envelope);
+        this.#cacheRecord(delivery.sequence, { envelope, storedAt: record!.storedAt });
         retained.add(delivery.sequence);
       }
     }
-    return { fresh, firstRetained, lastSequence: last, retained: (s) => retained.has(s) };
+    // Without the range, the read-ahead proved that nothing after the cursor left retention.
+    return { fresh, firstRetained: range?.firstRetained ?? start, lastSequence: range?.last ?? examinedThrough, retained: (s) => retained.has(s) };
   }
 
   /** Records that sequences `from` through `through` were read, contiguously, with the work among them. */
-  #readAhead(from: number, through: number, work: number[]): void {
+  #readAhead(from: number, through: number, work: number[], storedAt: number): void {
     if (through < from) return;
     const ahead = this.#ahead;
     if (ahead !== undefined && ahead.from <= from && from <= ahead.through + 1) {
@@ -1031,7 +1074,7 @@ class GroupActor {
       ahead.work.push(...work);
       ahead.through = through;
     } else {
-      this.#ahead = { from, through, work };
+      this.#ahead = { from, through, work, oldestStoredAt: storedAt };
     }
     const current = this.#ahead!;
     // The record cache cannot hold more work than this: end the read-ahead before the rest.
@@ -1041,10 +1084,10 @@ class GroupActor {
     }
   }
 
-  #cacheRecord(sequence: number, envelope: Envelope): void {
+  #cacheRecord(sequence: number, record: CachedRecord): void {
     // The map's order is its recency: the oldest entry is evicted first.
     this.#records.delete(sequence);
-    this.#records.set(sequence, envelope);
+    this.#records.set(sequence, record);
     if (this.#records.size > RECORD_CACHE) {
       const oldest = this.#records.keys().next().value;
       if (oldest !== undefined) this.#records.delete(oldest);
