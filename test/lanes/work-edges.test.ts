@@ -19,7 +19,10 @@ import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, recei
  *   is not readable at all is lane_unavailable;
  * - a claim that finds only events after the cursor moves the cursor past
  *   them, so that events leaving retention (2 s here) are no gap of this
- *   group: no lane_cursor for records that were never work.
+ *   group: no lane_cursor for records that were never work;
+ * - a group whose configuration names no recoverer can never pass a gap:
+ *   startup warns about each such group, and its claims' lane_cursor says
+ *   what the operator can do.
  */
 
 const config = {
@@ -39,7 +42,10 @@ const config = {
 const shortConfig = {
   ...config,
   namespace: "edges-short",
-  lanes: [{ id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } }],
+  lanes: [
+    { id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } },
+    { id: "orphan", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } },
+  ],
   retention: "2s",
   duplicate_window: "1s",
 };
@@ -147,4 +153,23 @@ test("a claim that finds only events after the cursor moves past them: once thos
   const [later] = await publishWork(publisher, "mixed", ["mixed-work-2"]);
   const next = (await claimOne(worker, "mixed", "g"))!;
   expect([next.record!.sequence, next.attempt]).toEqual([later!.sequence, 1]);
+});
+
+test("a group whose configuration names no recoverer: startup warns about it (and only such groups), and once its work left retention unclaimed, claims say nobody may recover it and what the operator can do", async () => {
+  const warned = (logs: readonly string[]) =>
+    logs
+      .map((line) => JSON.parse(line) as { level: string; msg: string; lane?: string; group?: string })
+      .filter((l) => l.level === "warn" && l.msg.includes("has no recoverer"))
+      .map((l) => `${l.lane}/${l.group}`);
+  expect(warned(laneway.logs)).toEqual(["garbled/g"]);
+  expect(warned(short.logs).sort()).toEqual(["mixed/g", "orphan/g"]);
+
+  const publisher = short.clients.client(LaneService, { token: laneway.tokens.atlas });
+  const worker = short.clients.client(LaneService, { token: laneway.tokens.beacon });
+  expect((await worker.claim({ lane: "orphan", group: "g" })).work).toBeUndefined();
+  const [lost] = await publishWork(publisher, "orphan", ["orphan-1"]);
+  await waitFor(async () => (await inspectGroup(worker, "orphan", "g")).firstRetained > lost!.sequence, { timeoutMs: 30_000, intervalMs: 200, what: "the orphan's work to expire" });
+  const error = await expectLaneError(() => worker.claim({ lane: "orphan", group: "g" }), Code.Aborted, "lane_cursor");
+  expect(error.rawMessage).toContain("its configuration names no recoverer");
+  expect(error.rawMessage).toContain("provision a namespace generation whose configuration names a recoverer");
 });
