@@ -452,7 +452,8 @@ export class LaneStore {
     const { consumer, messages } = await this.run(
       async () => {
         const { js } = await this.#current();
-        const consumer = await js.consumers.get(`KV_${bucket}`, { filter_subjects: [`$KV.${bucket}.${key}`], deliver_policy: DeliverPolicy.LastPerSubject });
+        // One subject as a string: nats.js refuses a list of them before server 2.10.
+        const consumer = await js.consumers.get(`KV_${bucket}`, { filter_subjects: `$KV.${bucket}.${key}`, deliver_policy: DeliverPolicy.LastPerSubject });
         return { consumer, messages: await consumer.consume({ max_messages: 16 }) };
       },
       "watching a key",

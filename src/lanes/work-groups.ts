@@ -496,10 +496,14 @@ class GroupActor {
     /** The watch of the group's key, while contended. */
     watch: undefined as { stop: () => void; generation: number } | undefined,
     watchStarting: false,
+    /** Not before this time may a watch that failed to start be tried again (epoch ms). */
+    watchRetryAt: 0,
     /** Wakes whoever waits for the cache to move. */
     waiters: new Set<() => void>(),
     /** Revisions this process wrote lately (a watch shows them too). */
     own: new Set<number>(),
+    /** The value of this process's write in flight: a watch may show it before its acknowledgement arrives. */
+    inFlight: undefined as Uint8Array | undefined,
     /** The revision of the last write this process saw from another process. */
     foreignRevision: 0,
   };
@@ -584,6 +588,7 @@ class GroupActor {
     const entry = await this.#store.kvGet(this.#namespace.groups, this.#key, signal);
     if (entry === undefined) return undefined;
     const state = { ledger: decodeLedger(entry.value), revision: entry.revision };
+    this.#saw(entry.revision, entry.value);
     // A read is the truth as of now, even when a watch showed a later revision meanwhile: keep the newer.
     this.#remember(state);
     return this.#cache!.revision >= state.revision ? this.#cache : state;
@@ -672,7 +677,9 @@ class GroupActor {
       }
       if (draft.changed) {
         const ledger = draft.toLedger();
-        const written = await this.#store.kvUpdate(this.#namespace.groups, this.#key, encodeLedger(ledger), state.revision, signal);
+        const value = encodeLedger(ledger);
+        this.#contention.inFlight = value;
+        const written = await this.#store.kvUpdate(this.#namespace.groups, this.#key, value, state.revision, signal).finally(() => (this.#contention.inFlight = undefined));
         if (written === "conflict") {
           // Another process wrote the group: follow it, tell it, and apply
           // again on the state it wrote. Its write may have used the slots
@@ -713,6 +720,14 @@ class GroupActor {
   }
 
   // ------------------------------------------------------------- contention between processes
+
+  /** Tells this process's writes from another's, for the turns (see #yieldTurn). */
+  #saw(revision: number, value: Uint8Array): void {
+    const c = this.#contention;
+    // This process's own write, shown before its acknowledgement arrived, is not another process's turn.
+    if (c.inFlight !== undefined && Buffer.from(c.inFlight).equals(Buffer.from(value))) this.#wrote(revision);
+    if (!c.own.has(revision)) c.foreignRevision = Math.max(c.foreignRevision, revision);
+  }
 
   /** Records a revision this process wrote. */
   #wrote(revision: number): void {
@@ -804,7 +819,7 @@ class GroupActor {
   /** Follows the group's key while contended: every write of any process refreshes the cache. */
   async #ensureWatch(signal?: AbortSignal): Promise<void> {
     const c = this.#contention;
-    if (this.#closed || c.watchStarting || (c.watch !== undefined && c.watch.generation === this.#store.generation)) return;
+    if (this.#closed || c.watchStarting || (c.watch !== undefined && c.watch.generation === this.#store.generation) || this.#now() < c.watchRetryAt) return;
     c.watch?.stop();
     c.watch = undefined;
     c.watchStarting = true;
@@ -814,6 +829,7 @@ class GroupActor {
         this.#namespace.groups,
         this.#key,
         (value, revision) => {
+          this.#saw(revision, value);
           if (revision <= (this.#cache?.revision ?? 0)) return;
           let ledger: Ledger;
           try {
@@ -821,7 +837,6 @@ class GroupActor {
           } catch {
             return; // a value this Laneway refuses: the next read reports it
           }
-          if (!c.own.has(revision)) c.foreignRevision = Math.max(c.foreignRevision, revision);
           this.#remember({ ledger, revision });
         },
         () => {
@@ -832,7 +847,8 @@ class GroupActor {
       c.watch = { stop, generation };
       if (this.#closed) stop();
     } catch {
-      // Not watched: conflicts read the key instead.
+      // Not watched: conflicts read the key instead, and the watch is tried again a little later.
+      c.watchRetryAt = this.#now() + 5_000;
     } finally {
       c.watchStarting = false;
     }
@@ -922,6 +938,17 @@ class GroupActor {
     return { record: recordOf(cached.envelope, leased.sequence), receipt: leased.receipt, attempt: leased.attempt, leaseExpiresAt: leased.leaseExpiresAt };
   }
 
+  /**
+   * How many records a read asks for beyond what the claims want: as many
+   * as they want (at least 16); eight times as many while another process
+   * works the group too, whose claims move the cursor past what this one
+   * read (at most one scan, 512 records).
+   */
+  #readAheadFor(want: number, now: number): number {
+    const contended = now - this.#contention.lastSeen < WATCH_IDLE_MS;
+    return contended ? Math.min(SCAN_LIMIT, 8 * want) : Math.max(READ_AHEAD, want);
+  }
+
   /** Whether a record stored at `storedAt` is surely still retained now (see RETAINED_MARGIN_MS). */
   #surelyRetained(storedAt: number, now: number): boolean {
     const bounds = this.#namespace.config.bounds;
@@ -990,7 +1017,7 @@ class GroupActor {
       let page = 0;
       while (next >= firstRetained && fresh.length < want && next <= last && budget > 0) {
         // Each page after the first doubles, so that a run of events costs few reads.
-        page = Math.max(want - fresh.length + Math.max(READ_AHEAD, want), page * 2);
+        page = Math.max(want - fresh.length + this.#readAheadFor(want, now), page * 2);
         const count = Math.min(last - next + 1, budget, page);
         budget -= count;
         const records = await this.#store.readFrom(stream, next, count, signal);
