@@ -185,7 +185,7 @@ const YIELD_MAX_MS = 320;
 /** How long contention lasts after the last sign of it (a lost CAS, a signal). */
 const CONTENTION_WINDOW_MS = 250;
 /** How long a group's key is watched after the last sign of contention. */
-const WATCH_IDLE_MS = 10_000;
+const WATCH_IDLE_MS = 3_000;
 /** How long a process whose CAS lost waits for its watch to show the newer state, before reading it. */
 const CONFLICT_WAIT_MS = 50;
 
