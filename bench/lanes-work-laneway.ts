@@ -14,17 +14,24 @@
  *   AckBatch calls are counted by wrapping the client it is given.
  *
  * Both talk Connect binary over HTTP/1.1. A claim refused for capacity
- * (`resource_exhausted`: the ledger holds max_ledger deliveries, acked ones
- * included until ack_retention prunes them) is counted; the single loops
- * then wait 50 ms (the participant waits its own 200 ms).
+ * (`resource_exhausted`) is counted; the single loops then wait 50 ms (the
+ * participant waits its own 200 ms).
  *
  * Checked here: every sequence from..to was handled exactly once, every ack
  * succeeded and was not a duplicate, nothing was nacked.
  *
- * Usage (argv[2] is JSON): {mode, url, token, lane, group, schema, publisher, from, to, concurrency}
- * Prints {items, seconds, cpuMicros, claimCalls, ackCalls, capacityRefusals, emptyClaims, errors}.
+ * `shared`: the participant is one of several helpers working the same
+ * records through different Laneway processes. It runs until `doneFile`
+ * exists (the orchestrator writes it once the group's stored state shows
+ * every record completed: cursor at `to`, nothing unfinished), checks nothing about the records it did not handle, and
+ * prints what it handled as `handled` (base64, one byte per record of
+ * from..to: how many times it ran) for the orchestrator to merge.
+ *
+ * Usage (argv[2] is JSON): {mode, url, token, lane, group, schema, publisher, from, to, concurrency, shared?, doneFile?}
+ * Prints {items, seconds, cpuMicros, claimCalls, ackCalls, capacityRefusals, emptyClaims, errors, handled?}.
  */
 import { setMaxListeners } from "node:events";
+import { existsSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { LaneService } from "../gen/laneway/lane/v1/lane_service_pb.js";
@@ -42,6 +49,9 @@ interface Spec {
   from: number;
   to: number;
   concurrency: number;
+  shared?: boolean;
+  /** Shared runs: the file whose existence says every record is completed. */
+  doneFile?: string;
 }
 
 const spec = JSON.parse(process.argv[2]!) as Spec;
@@ -153,16 +163,24 @@ if (spec.mode === "single") {
   });
   const running = participant.run();
   // Claims and acks are counted from the participant's own statistics;
-  // completion is noticed within a millisecond or two.
+  // completion is noticed within a millisecond or two (shared: when the
+  // orchestrator's done file appears).
   await new Promise<void>((resolve) => {
     const deadline = Date.now() + 60_000 + items * 20;
     const check = setInterval(() => {
-      if (participant.stats.acked + participant.stats.nacked >= items || Date.now() > deadline) {
+      const finish = () => {
         endedAt = performance.now();
         clearInterval(check);
         resolve();
+      };
+      if (Date.now() > deadline) return finish();
+      if (!spec.shared) {
+        if (participant.stats.acked + participant.stats.nacked >= items) finish();
+        return;
       }
-    }, 1);
+      // The orchestrator writes the file once the group's stored state shows every record completed.
+      if (existsSync(spec.doneFile!)) finish();
+    }, spec.shared ? 2 : 1);
   });
   await participant.stop(5_000);
   await running;
@@ -178,14 +196,15 @@ if (spec.mode === "single") {
 
 const cpu = process.cpuUsage(cpuAtStart);
 transport.close();
-const missing = handled.reduce((n, h) => n + (h === 0 ? 1 : 0), 0);
+const missing = spec.shared ? 0 : handled.reduce((n, h) => n + (h === 0 ? 1 : 0), 0);
 if (duplicates > 0 || outOfRange > 0 || missing > 0) {
   errors += 1;
   firstError ??= `${missing} of ${items} records never handled, ${duplicates} handled or acked twice, ${outOfRange} outside ${spec.from}..${spec.to}`;
 }
 process.stdout.write(
   JSON.stringify({
-    items: items - missing,
+    items: spec.shared ? handled.reduce((n, h) => n + h, 0) : items - missing,
+    ...(spec.shared ? { handled: Buffer.from(handled).toString("base64") } : {}),
     seconds: (endedAt - startedAt) / 1000,
     cpuMicros: cpu.user + cpu.system,
     claimCalls,

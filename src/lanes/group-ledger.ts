@@ -1,13 +1,15 @@
-import { createHash, randomBytes } from "node:crypto";
+import { COMPLETION_RESERVE_BYTES, contentBytes, HistoryDraft, type CompletionBucket } from "./completion-history.js";
 import { LaneError } from "./errors.js";
+import { GroupReceipts, newReceiptSecret } from "./receipts.js";
 import type { LaneBounds } from "./types.js";
 
 /**
- * A work group's cursor/lease ledger: the state machine of one group's
- * deliveries, as pure functions over a value that lives in one JetStream KV
- * key. The group's KV compare-and-set (work-groups.ts) is the ownership
- * linearization point: an operation here changes a copy, and only a
- * successful CAS of that copy makes it true.
+ * A work group's state machine: pure functions over the value that lives
+ * in one JetStream KV key per group (state format 4, stored as the typed
+ * message of proto/laneway/lane/storage/v1/group_state.proto). The group's
+ * KV compare-and-set (work-groups.ts) is the ownership linearization point:
+ * an operation here changes a draft, and only a successful CAS of that
+ * draft makes it true.
  *
  * A delivery is one work record as this group sees it:
  *
@@ -15,80 +17,89 @@ import type { LaneBounds } from "./types.js";
  *        │ claim (attempt 1)
  *        ▼
  *     leased ──renew──► leased (new expiry)
- *      │  │ └─lease expires─► eligible for retry (still holds its receipt)
- *      │  └─nack─► retry (due at retry_at) ──due─► eligible for retry
- *      └─ack─► acked ──ack_retention passes─► pruned (slot free again)
- *   eligible for retry ──claim (attempt n+1, new receipt)─► leased
- *   eligible + record left retention ──recover (retire)─► removed
+ *      │  │ └─lease expires─► released: eligible for a retry (its receipt may still ack it)
+ *      │  └─nack─► retry scheduled ──retry_at─► released
+ *      └─ack─► completed: leaves its slot at once, into the completion history
+ *   released ──claim (attempt n+1, a new receipt)─► leased
+ *   released + record left retention ──recover (retire)─► removed (an expiration, not a completion)
  *
- * Every lease has its own random receipt (64 hex), a bearer secret that
- * binds lane and group (it lives in this group's ledger), the holder (its
- * project), the sequence and the ownership generation (a new receipt per
- * lease). The ledger keeps only the receipt's SHA-256, so neither an
- * inspection nor a leaked ledger value reveals a receipt.
+ * Only unfinished deliveries (leased, scheduled, released) occupy the
+ * group's delivery slots; `max_ledger` bounds them. A completion is kept in
+ * the completion history (completion-history.ts): time buckets of sequence
+ * ranges and retried attempts whose stored size stays within a fixed budget
+ * (`HISTORY_BYTES`) however many items complete within ack_retention. A
+ * repeated ack with the receipt that completed a delivery is a duplicate
+ * for at least ack_retention; then, and for any other receipt, stale.
+ *
+ * Receipts are not stored (receipts.ts): each is an HMAC under the group's
+ * secret of lane, group, holder, sequence and attempt — the ownership
+ * generation, which every lease increments — and is verified by
+ * recomputing it for the caller and the attempt the state holds.
  */
 
-export const LEDGER_FORMAT = 3;
+/** The group state format this Laneway reads and writes. */
+export const GROUP_STATE_FORMAT = 4;
 
-export type DeliveryStatus = "leased" | "retry" | "acked";
+/** Where an unfinished delivery stands, as stored. */
+export type DeliveryStatus = "leased" | "retry";
 
+/** One unfinished delivery. */
 export interface Delivery {
   /** The work record's stream sequence. */
-  readonly s: number;
+  readonly sequence: number;
   /** The project that holds (or last held) it. */
-  readonly p: string;
-  /** The attempt, from 1. */
-  readonly a: number;
-  readonly st: DeliveryStatus;
-  /** Lease expiry (epoch ms), while leased. */
-  readonly le?: number;
-  /** When a nacked delivery becomes eligible again (epoch ms). */
-  readonly ra?: number;
-  /** When it was first acknowledged (epoch ms). */
-  readonly aa?: number;
-  /** SHA-256 of the current receipt, base64url. */
-  readonly r: string;
+  readonly holder: string;
+  /** The attempt, from 1: the ownership generation. */
+  readonly attempt: number;
+  readonly status: DeliveryStatus;
+  /** Lease expiry (leased) or when the retry falls due (retry), epoch ms. */
+  readonly dueAt: number;
+  /** The events right before `sequence` its fresh lease passed: its completion covers them. */
+  readonly passed: number;
 }
 
 /** One retired delivery, as a recovery records it (never an acknowledgement). */
 export interface Expiration {
-  readonly p: string;
-  readonly s: number;
-  readonly a: number;
+  readonly project: string;
+  readonly sequence: number;
+  readonly attempt: number;
 }
 
-/** A stored recovery: the request's id, principal and body hash, and the result every retry gets. */
+/** A stored recovery: the request's id, recoverer and body digest, and the result every retry gets. */
 export interface RecoveryRecord {
   readonly id: string;
-  /** The recoverer. */
-  readonly p: string;
-  /** SHA-256 of the request body (revision, cursor_through, expired, missing), base64url. */
-  readonly h: string;
-  /** Recorded at (epoch ms). */
-  readonly at: number;
-  /** The revision the recovery was applied to. */
-  readonly rev: number;
-  /** The accepted cursor. */
-  readonly ct: number;
-  /** The missing-prefix checkpoint after it. */
-  readonly mt: number;
-  readonly x: readonly Expiration[];
+  readonly recoverer: string;
+  /** HMAC of the request body under the group's secret (32 bytes). */
+  readonly bodyDigest: Uint8Array;
+  readonly recordedAt: number;
+  /** The revision the request quoted. */
+  readonly revision: number;
+  readonly cursorThrough: number;
+  readonly missingThrough: number;
+  readonly expirations: readonly Expiration[];
 }
 
+/** A group's whole state (state format 4), decoded. */
 export interface Ledger {
-  readonly f: number;
-  /** The last stream sequence taken as fresh work (or accepted by a recovery). */
+  /** The receipt secret (32 bytes). */
+  readonly secret: Uint8Array;
+  /** The last sequence examined for fresh work (taken, passed as events, or accepted by a recovery). */
   readonly cursor: number;
+  /** The last sequence taken as fresh work or accepted by a recovery (≤ cursor). */
+  readonly freshThrough: number;
   /** Where the next retry search starts (a sequence; it rotates). */
   readonly rotation: number;
   /** Whose turn it is when both retries and fresh work are ready. */
   readonly turn: "retry" | "fresh";
   /** The accepted missing-prefix checkpoint. */
-  readonly missing: number;
+  readonly missingThrough: number;
   /** Reusable delivery slots: a nonshrinking high-water mark. */
   readonly slots: number;
-  readonly d: readonly Delivery[];
-  readonly rec: readonly RecoveryRecord[];
+  /** Unfinished deliveries, in sequence order. */
+  readonly deliveries: readonly Delivery[];
+  /** The completion history, oldest bucket first. */
+  readonly completions: readonly CompletionBucket[];
+  readonly recoveries: readonly RecoveryRecord[];
 }
 
 /** The most recovery records a group keeps within ack_retention. */
@@ -97,81 +108,59 @@ export const MAX_RECOVERIES = 64;
 export const MAX_RETIREMENTS = 16;
 /** The serialized ledger bound of the specification. */
 export const MAX_LEDGER_BYTES = 512 * 1024;
+/**
+ * The stored bytes of a group's completion history (its buckets' ranges
+ * and retried attempts, delta-encoded) may reach its budget: a base for
+ * every group, and more per delivery slot. Work completed in order costs a
+ * few bytes per bucket however long it runs; what takes room is each
+ * completion out of sequence order (a range of its own until its
+ * neighbours complete) and each completion at a later attempt, until their
+ * bucket leaves ack_retention. A slot adds to the budget because a group
+ * with more unfinished deliveries completes more of them out of order.
+ */
+export const HISTORY_BASE_BYTES = 36 * 1024;
+export const HISTORY_SLOT_BYTES = 128;
 
-export function emptyLedger(slots: number): Ledger {
-  return { f: LEDGER_FORMAT, cursor: 0, rotation: 0, turn: "retry", missing: 0, slots, d: [], rec: [] };
+/** The completion-history budget of a group of `slots` slots. */
+export function historyBudget(slots: number): number {
+  return HISTORY_BASE_BYTES + HISTORY_SLOT_BYTES * slots;
 }
 
-export function encodeLedger(ledger: Ledger): Uint8Array {
-  return Buffer.from(JSON.stringify(ledger), "utf8");
+export function emptyLedger(slots: number, secret: Uint8Array = newReceiptSecret()): Ledger {
+  return { secret, cursor: 0, freshThrough: 0, rotation: 0, turn: "retry", missingThrough: 0, slots, deliveries: [], completions: [], recoveries: [] };
 }
-
-export function decodeLedger(bytes: Uint8Array): Ledger {
-  let value: Ledger;
-  try {
-    value = JSON.parse(Buffer.from(bytes).toString("utf8")) as Ledger;
-  } catch {
-    throw new LaneError("lane_unavailable", "a group ledger in the namespace is unreadable");
-  }
-  if (value.f !== LEDGER_FORMAT) {
-    throw new LaneError("lane_conflict", `a group ledger was written in state format ${String(value.f)}; this Laneway reads format ${LEDGER_FORMAT}`);
-  }
-  return value;
-}
-
-export function receiptHash(receipt: string): string {
-  return createHash("sha256").update(receipt, "utf8").digest("base64url");
-}
-
-export function newReceipt(): string {
-  return randomBytes(32).toString("hex");
-}
-
-// ---------------------------------------------------------------- sizes
-
-const maxNumber = 9_007_199_254_740_991; // the widest JSON number a field may hold
-const maxTime = 9_999_999_999_999; // 13-digit epoch milliseconds
-const maxId = "x".repeat(64);
-const maxHash = "x".repeat(43);
 
 /**
- * The most bytes a group ledger of `slots` slots can ever serialize to:
- * every field of every delivery at its widest, all 64 recovery records
- * with 16 retirements each, plus what JetStream stores around a KV value
- * (subject, headers, record overhead). Admission accounts this size, so a
- * group's writes never need more than it was admitted for.
+ * Where an unfinished delivery stands as InspectGroup shows it: `leased`
+ * while its lease is live, `retry_scheduled` while a nack's retry is not
+ * due, `released` once it is eligible for a retry claim (its lease ended, or
+ * its retry fell due).
  */
-export function worstCaseLedgerBytes(slots: number): number {
-  const delivery: Delivery = { s: maxNumber, p: maxId, a: maxNumber, st: "leased", le: maxTime, ra: maxTime, aa: maxTime, r: maxHash };
-  const expiration: Expiration = { p: maxId, s: maxNumber, a: maxNumber };
-  const record: RecoveryRecord = {
-    id: maxId,
-    p: maxId,
-    h: maxHash,
-    at: maxTime,
-    rev: maxNumber,
-    ct: maxNumber,
-    mt: maxNumber,
-    x: Array.from({ length: MAX_RETIREMENTS }, () => expiration),
-  };
-  const widest: Ledger = {
-    f: LEDGER_FORMAT,
-    cursor: maxNumber,
-    rotation: maxNumber,
-    turn: "fresh",
-    missing: maxNumber,
-    slots: maxNumber,
-    d: Array.from({ length: slots }, () => delivery),
-    rec: Array.from({ length: MAX_RECOVERIES }, () => record),
-  };
-  return encodeLedger(widest).byteLength + 1_024;
+export type InspectedState = "leased" | "retry_scheduled" | "released";
+
+export function inspectedState(delivery: Delivery, now: number): InspectedState {
+  if (delivery.dueAt <= now) return "released";
+  return delivery.status === "leased" ? "leased" : "retry_scheduled";
 }
 
-/** The most slots a group may hold: max_ledger, and what fits in the 512 KiB bound. */
-export function slotLimit(bounds: Pick<LaneBounds, "maxLedger">): number {
-  let slots = bounds.maxLedger;
-  while (slots > 1 && worstCaseLedgerBytes(slots) > MAX_LEDGER_BYTES) slots -= 1;
-  return slots;
+/** Whether a delivery may be leased again now: an expired lease or a due retry. */
+export function isEligible(delivery: Delivery, now: number): boolean {
+  return delivery.dueAt <= now;
+}
+
+/** The stored bytes of a history's content (what HISTORY_BYTES bounds). */
+const frozenBytes = new WeakMap<CompletionBucket, number>();
+export function historyBytes(buckets: readonly CompletionBucket[]): number {
+  let total = 0;
+  for (const bucket of buckets) {
+    let bytes = frozenBytes.get(bucket);
+    if (bytes === undefined) {
+      bytes = contentBytes(bucket);
+      if (Object.isFrozen(bucket)) frozenBytes.set(bucket, bytes);
+    }
+    total += bytes;
+  }
+  return total;
 }
 
 // ---------------------------------------------------------------- the state machine
@@ -180,13 +169,11 @@ export function slotLimit(bounds: Pick<LaneBounds, "maxLedger">): number {
 export interface ClaimCandidates {
   /** Retained work records after the cursor, in sequence order (fresh work). */
   readonly fresh: readonly number[];
-  /** Whether `fresh` reaches as far as the stream's end (no more fresh work beyond it now). */
-  readonly freshComplete: boolean;
-  /** The first retained sequence of the lane (0 when empty). */
+  /** The first retained sequence of the lane; `lastSequence + 1` when nothing is retained. */
   readonly firstRetained: number;
   /** The lane's last sequence. */
   readonly lastSequence: number;
-  /** Sequences whose records are retained (for retries). */
+  /** Whether a retry's record is retained. */
   readonly retained: (sequence: number) => boolean;
 }
 
@@ -199,19 +186,11 @@ export interface RecoveryRequest {
   readonly cursorThrough: number;
   readonly expired: readonly { readonly sequence: number; readonly receipt: string }[];
   readonly missing: readonly number[];
-  /** SHA-256 of the body (see recoveryBodyHash). */
-  readonly bodyHash: string;
 }
 
-/** The hash that tells a retried recovery from a changed one: revision, cursor and retirements. */
-export function recoveryBodyHash(request: Omit<RecoveryRequest, "id" | "project" | "bodyHash">): string {
-  const body = JSON.stringify({
-    revision: request.revision,
-    cursorThrough: request.cursorThrough,
-    expired: request.expired.map((e) => [e.sequence, receiptHash(e.receipt)]),
-    missing: [...request.missing],
-  });
-  return createHash("sha256").update(body).digest("base64url");
+/** The canonical body of a recovery request: what tells a retry from a changed request. */
+export function recoveryBody(request: Pick<RecoveryRequest, "revision" | "cursorThrough" | "expired" | "missing">): string {
+  return JSON.stringify([request.revision, request.cursorThrough, request.expired.map((e) => [e.sequence, e.receipt]), [...request.missing]]);
 }
 
 /** One delivery leased by a claim, with the receipt returned to the holder. */
@@ -222,245 +201,339 @@ export interface Leased {
   readonly receipt: string;
 }
 
+/** What a claim leased, and what kept it from leasing more fresh work. */
+export interface ClaimOutcome {
+  readonly leased: Leased[];
+  /**
+   * Fresh work waited for more slots: for a delivery slot (`slots`), or for
+   * room in the completion history (`history`) — more slots bring both.
+   */
+  readonly blocked: "slots" | "history" | undefined;
+}
+
+/** How a draft is made. */
+export interface DraftContext {
+  readonly bounds: LaneBounds;
+  readonly now: number;
+  readonly receipts: GroupReceipts;
+  /** Said in lane_cursor errors: how this group's gaps can be accepted. */
+  readonly gapAdvice: string;
+}
+
 /** A ledger being changed by one CAS worth of operations. */
 export class LedgerDraft {
+  readonly secret: Uint8Array;
   cursor: number;
+  freshThrough: number;
   rotation: number;
   turn: "retry" | "fresh";
-  missing: number;
+  missingThrough: number;
   slots: number;
+  /** Unfinished deliveries, in sequence order. */
   deliveries: Delivery[];
+  readonly history: HistoryDraft;
   recoveries: RecoveryRecord[];
   changed = false;
+  readonly bounds: LaneBounds;
+  readonly now: number;
+  readonly receipts: GroupReceipts;
+  readonly #gapAdvice: string;
 
-  constructor(
-    ledger: Ledger,
-    readonly bounds: LaneBounds,
-    readonly now: number,
-  ) {
+  constructor(ledger: Ledger, context: DraftContext) {
+    this.bounds = context.bounds;
+    this.now = context.now;
+    this.receipts = context.receipts;
+    this.#gapAdvice = context.gapAdvice;
+    this.secret = ledger.secret;
     this.cursor = ledger.cursor;
+    this.freshThrough = ledger.freshThrough;
     this.rotation = ledger.rotation;
     this.turn = ledger.turn;
-    this.missing = ledger.missing;
+    this.missingThrough = ledger.missingThrough;
     this.slots = ledger.slots;
-    this.deliveries = [...ledger.d];
-    this.recoveries = [...ledger.rec];
+    this.deliveries = [...ledger.deliveries];
+    this.history = new HistoryDraft(ledger.completions, this.bounds.ackRetentionMs);
+    this.recoveries = [...ledger.recoveries];
     this.#prune();
   }
 
   toLedger(): Ledger {
     return {
-      f: LEDGER_FORMAT,
+      secret: this.secret,
       cursor: this.cursor,
+      freshThrough: this.freshThrough,
       rotation: this.rotation,
       turn: this.turn,
-      missing: this.missing,
+      missingThrough: this.missingThrough,
       slots: this.slots,
-      d: [...this.deliveries].sort((x, y) => x.s - y.s),
-      rec: this.recoveries,
+      deliveries: [...this.deliveries],
+      // Buckets are frozen once they belong to a stored state: later drafts copy before changing them.
+      completions: this.history.buckets.map((b) => (Object.isFrozen(b) ? b : Object.freeze({ ...b, ranges: Object.freeze([...b.ranges]), retried: Object.freeze([...b.retried]), attempts: Object.freeze([...b.attempts]) }))),
+      recoveries: [...this.recoveries],
     };
   }
 
-  /** Acknowledgements and recovery records older than ack_retention leave the ledger; their slots stay. */
+  /** Completion buckets and recovery records older than ack_retention leave the state. */
   #prune(): void {
+    if (this.history.prune(this.now)) this.changed = true;
     const horizon = this.now - this.bounds.ackRetentionMs;
-    const kept = this.deliveries.filter((d) => d.st !== "acked" || (d.aa ?? 0) > horizon);
-    if (kept.length !== this.deliveries.length) {
-      this.deliveries = kept;
+    if (this.recoveries.some((r) => r.recordedAt <= horizon)) {
+      this.recoveries = this.recoveries.filter((r) => r.recordedAt > horizon);
       this.changed = true;
     }
-    const recoveries = this.recoveries.filter((r) => r.at > horizon);
-    if (recoveries.length !== this.recoveries.length) {
-      this.recoveries = recoveries;
-      this.changed = true;
-    }
+  }
+
+  /** What a claim changes: restored when a claim or recovery fails part-way. */
+  mark(): () => void {
+    const saved = {
+      cursor: this.cursor,
+      freshThrough: this.freshThrough,
+      rotation: this.rotation,
+      turn: this.turn,
+      missingThrough: this.missingThrough,
+      slots: this.slots,
+      deliveries: [...this.deliveries],
+      recoveries: [...this.recoveries],
+      changed: this.changed,
+    };
+    return () => Object.assign(this, saved);
   }
 
   liveLeases(): number {
-    return this.deliveries.filter((d) => d.st === "leased" && (d.le ?? 0) > this.now).length;
+    let live = 0;
+    for (const d of this.deliveries) if (d.status === "leased" && d.dueAt > this.now) live += 1;
+    return live;
   }
 
-  /** Deliveries a claim may lease again: expired leases and due retries. */
-  eligibleRetries(): Delivery[] {
-    return this.deliveries.filter((d) => (d.st === "leased" && (d.le ?? 0) <= this.now) || (d.st === "retry" && (d.ra ?? 0) <= this.now));
+  /** The stored bytes of the completion history now. */
+  historyBytes(): number {
+    return historyBytes(this.history.buckets);
+  }
+
+  /** Whether `added` more unfinished deliveries would leave room for every unfinished delivery's completion. */
+  #historyRoom(added: number): boolean {
+    return this.historyBytes() + COMPLETION_RESERVE_BYTES * (this.deliveries.length + added) <= historyBudget(this.slots);
+  }
+
+  /**
+   * The slots that would let `extra` more fresh deliveries in: one slot
+   * each, and a completion-history budget that keeps room for every
+   * unfinished delivery's completion.
+   */
+  slotsFor(extra: number): number {
+    const deliveries = this.deliveries.length + extra;
+    const forHistory = Math.ceil((this.historyBytes() + COMPLETION_RESERVE_BYTES * deliveries - HISTORY_BASE_BYTES) / HISTORY_SLOT_BYTES);
+    return Math.max(this.slots, deliveries, forHistory);
   }
 
   /** When the next delivery becomes eligible (a lease ends or a retry falls due), if any. */
   nextEligibleAt(): number | undefined {
     let next: number | undefined;
-    for (const d of this.deliveries) {
-      const at = d.st === "leased" ? d.le : d.st === "retry" ? d.ra : undefined;
-      if (at !== undefined && at > this.now && (next === undefined || at < next)) next = at;
-    }
+    for (const d of this.deliveries) if (d.dueAt > this.now && (next === undefined || d.dueAt < next)) next = d.dueAt;
     return next;
+  }
+
+  /** The index of the unfinished delivery of `sequence`, or -1. */
+  #indexOf(sequence: number): number {
+    let low = 0;
+    let high = this.deliveries.length;
+    while (low < high) {
+      const mid = (low + high) >> 1;
+      if (this.deliveries[mid]!.sequence < sequence) low = mid + 1;
+      else high = mid;
+    }
+    return this.deliveries[low]?.sequence === sequence ? low : -1;
   }
 
   /**
    * Leases up to `max` deliveries for `project`, alternating retries and
-   * fresh work as the specification says. Returns what it leased and
-   * whether more fresh work waits for a slot this ledger does not have.
+   * fresh work as the specification says. Returns what it leased and what
+   * kept more fresh work from being leased.
    */
-  claim(project: string, max: number, candidates: ClaimCandidates): { leased: Leased[]; needsSlot: boolean } {
+  claim(project: string, max: number, candidates: ClaimCandidates): ClaimOutcome {
     const leased: Leased[] = [];
-    let needsSlot = false;
-    const fresh = candidates.fresh.filter((s) => s > this.cursor);
-    let freshIndex = 0;
+    let blocked: ClaimOutcome["blocked"];
     // Unclaimed work after the cursor has left retention: explicit, until recovered.
-    // (A lane whose records all expired retains nothing: first retained 0.)
-    if (this.cursor < candidates.lastSequence && (candidates.firstRetained === 0 || this.cursor + 1 < candidates.firstRetained)) {
+    if (this.cursor + 1 < candidates.firstRetained) {
       throw new LaneError(
         "lane_cursor",
-        `records after cursor ${this.cursor} of this group left retention before they were claimed (the first retained is ${candidates.firstRetained}): inspect the group and recover the gap`,
+        `records after cursor ${this.cursor} of this group left retention before they were claimed (the first retained is ${candidates.firstRetained}): ${this.#gapAdvice}`,
       );
     }
-    while (leased.length < max) {
-      if (this.liveLeases() >= this.bounds.maxPending) break;
-      const retries = this.eligibleRetries();
-      const nextFresh = fresh[freshIndex];
-      const freshReady = nextFresh !== undefined;
+    const fresh = candidates.fresh;
+    let freshIndex = 0;
+    while (freshIndex < fresh.length && fresh[freshIndex]! <= this.cursor) freshIndex += 1;
+    let live = this.liveLeases();
+    // The retries a claim may pick, in the order the rotation picks them.
+    const eligible = this.deliveries.filter((d) => isEligible(d, this.now));
+    while (leased.length < max && live < this.bounds.maxPending) {
+      const freshReady = freshIndex < fresh.length;
+      const retryReady = eligible.length > 0;
       const slotFree = this.deliveries.length < this.slots;
       let take: "retry" | "fresh" | undefined;
-      if (retries.length > 0 && (!freshReady || this.turn === "retry")) take = "retry";
-      else if (freshReady && slotFree) take = "fresh";
-      else if (freshReady && !slotFree) {
-        // Fresh work needs a new slot. With retries waiting, their turn is
-        // committed first, so a failed admission cannot pin the group to
-        // unsuccessful fresh attempts.
-        needsSlot = true;
-        if (retries.length > 0) take = "retry";
+      if (retryReady && (!freshReady || this.turn === "retry")) take = "retry";
+      else if (freshReady && slotFree && this.#historyRoom(1)) take = "fresh";
+      else if (freshReady) {
+        // Fresh work needs a new slot, or room in the completion history.
+        // With retries waiting, their turn is committed first, so a failed
+        // admission cannot pin the group to unsuccessful fresh attempts.
+        blocked ??= slotFree ? "history" : "slots";
+        if (retryReady) take = "retry";
         else break;
-      } else if (retries.length > 0) take = "retry";
+      } else if (retryReady) take = "retry";
       if (take === undefined) break;
       if (take === "retry") {
-        const chosen = this.#rotate(retries);
-        if (!candidates.retained(chosen.s)) {
-          throw new LaneError(
-            "lane_cursor",
-            `delivery ${chosen.s} of this group left retention before it was acknowledged: inspect the group and recover it`,
-          );
+        const position = eligible.findIndex((d) => d.sequence > this.rotation);
+        const chosen = eligible.splice(position < 0 ? 0 : position, 1)[0]!;
+        if (!candidates.retained(chosen.sequence)) {
+          throw new LaneError("lane_cursor", `delivery ${chosen.sequence} of this group left retention before it was acknowledged: ${this.#gapAdvice}`);
         }
-        leased.push(this.#lease(chosen.s, project, chosen.a + 1, chosen));
-        this.rotation = chosen.s;
+        leased.push(this.#lease(chosen, project, chosen.attempt + 1, chosen.passed));
+        this.rotation = chosen.sequence;
         if (freshReady) this.turn = "fresh";
       } else {
-        const sequence = nextFresh!;
+        const sequence = fresh[freshIndex]!;
         freshIndex += 1;
+        leased.push(this.#lease(undefined, project, 1, sequence - this.freshThrough - 1, sequence));
         this.cursor = sequence;
-        leased.push(this.#lease(sequence, project, 1, undefined));
-        if (retries.length > 0) this.turn = "retry";
+        this.freshThrough = sequence;
+        if (retryReady) this.turn = "retry";
       }
+      live += 1;
     }
     if (leased.length > 0) this.changed = true;
-    return { leased, needsSlot };
+    return { leased, blocked };
   }
 
-  /** The first eligible retry after the rotation cursor, wrapping around. */
-  #rotate(retries: readonly Delivery[]): Delivery {
-    const ordered = [...retries].sort((x, y) => x.s - y.s);
-    return ordered.find((d) => d.s > this.rotation) ?? ordered[0]!;
-  }
-
-  #lease(sequence: number, project: string, attempt: number, previous: Delivery | undefined): Leased {
-    const receipt = newReceipt();
+  #lease(previous: Delivery | undefined, project: string, attempt: number, passed: number, freshSequence?: number): Leased {
+    const sequence = previous?.sequence ?? freshSequence!;
     const leaseExpiresAt = this.now + this.bounds.leaseMs;
-    const delivery: Delivery = { s: sequence, p: project, a: attempt, st: "leased", le: leaseExpiresAt, r: receiptHash(receipt) };
-    if (previous) this.deliveries = this.deliveries.map((d) => (d === previous ? delivery : d));
-    else this.deliveries.push(delivery);
-    return { sequence, attempt, leaseExpiresAt, receipt };
+    const delivery: Delivery = { sequence, holder: project, attempt, status: "leased", dueAt: leaseExpiresAt, passed };
+    if (previous !== undefined) this.deliveries[this.#indexOf(sequence)] = delivery;
+    else this.deliveries.push(delivery); // fresh work lies beyond every unfinished delivery: order is kept
+    return { sequence, attempt, leaseExpiresAt, receipt: this.receipts.receipt(project, sequence, attempt) };
   }
 
-  /** The delivery a receipt owns, or lane_stale. */
-  #owned(project: string, sequence: number, receipt: string): { index: number; delivery: Delivery } {
-    const hash = receiptHash(receipt);
-    const index = this.deliveries.findIndex((d) => d.s === sequence);
+  /** The unfinished delivery a receipt owns, or lane_stale. */
+  #owned(project: string, sequence: number, receipt: string): number {
+    const index = this.#indexOf(sequence);
     const delivery = this.deliveries[index];
-    if (delivery === undefined || delivery.p !== project || delivery.r !== hash) throw stale(sequence);
-    return { index, delivery };
+    if (delivery === undefined || delivery.holder !== project || !this.receipts.verify(receipt, project, sequence, delivery.attempt)) throw stale(sequence);
+    return index;
   }
 
   renew(project: string, sequence: number, receipt: string): { leaseExpiresAt: number } {
-    const { index, delivery } = this.#owned(project, sequence, receipt);
-    if (delivery.st !== "leased" || (delivery.le ?? 0) <= this.now) throw stale(sequence);
+    const index = this.#owned(project, sequence, receipt);
+    const delivery = this.deliveries[index]!;
+    if (delivery.status !== "leased" || delivery.dueAt <= this.now) throw stale(sequence);
     const leaseExpiresAt = this.now + this.bounds.leaseMs;
-    this.deliveries[index] = { ...delivery, le: leaseExpiresAt };
+    this.deliveries[index] = { ...delivery, dueAt: leaseExpiresAt };
     this.changed = true;
     return { leaseExpiresAt };
   }
 
+  /**
+   * Completes a delivery: it leaves its slot at once and enters the
+   * completion history. A repeat with the receipt that completed it is a
+   * duplicate, answered with its history bucket's last acknowledgement time
+   * (never before the original completion, at most ack_retention/16 after).
+   */
   ack(project: string, sequence: number, receipt: string): { ackedAt: number; duplicate: boolean } {
-    const { index, delivery } = this.#owned(project, sequence, receipt);
-    if (delivery.st === "acked") return { ackedAt: delivery.aa!, duplicate: true };
+    const index = this.#indexOf(sequence);
+    if (index < 0) {
+      const completed = this.history.find(sequence);
+      if (completed !== undefined && this.receipts.verify(receipt, project, sequence, completed.attempt)) {
+        return { ackedAt: completed.bucket.lastAt, duplicate: true };
+      }
+      throw stale(sequence);
+    }
+    this.#owned(project, sequence, receipt);
+    const delivery = this.deliveries[index]!;
     // A leased delivery, also one whose lease expired but that nobody has
     // claimed again (its receipt still owns it); a nacked one was given up.
-    if (delivery.st !== "leased") throw stale(sequence);
-    this.deliveries[index] = { s: delivery.s, p: delivery.p, a: delivery.a, st: "acked", aa: this.now, r: delivery.r };
+    if (delivery.status !== "leased") throw stale(sequence);
+    this.deliveries.splice(index, 1);
+    this.history.record({ from: sequence - delivery.passed, sequence, attempt: delivery.attempt, now: this.now });
     this.changed = true;
     return { ackedAt: this.now, duplicate: false };
   }
 
   nack(project: string, sequence: number, receipt: string): { retryAt: number; attempt: number; duplicate: boolean } {
-    const { index, delivery } = this.#owned(project, sequence, receipt);
-    if (delivery.st === "retry") return { retryAt: delivery.ra!, attempt: delivery.a, duplicate: true };
-    if (delivery.st !== "leased") throw stale(sequence);
-    const retryAt = this.now + retryDelayMs(this.bounds, delivery.a);
-    this.deliveries[index] = { s: delivery.s, p: delivery.p, a: delivery.a, st: "retry", ra: retryAt, r: delivery.r };
+    const index = this.#owned(project, sequence, receipt);
+    const delivery = this.deliveries[index]!;
+    if (delivery.status === "retry") return { retryAt: delivery.dueAt, attempt: delivery.attempt, duplicate: true };
+    const retryAt = this.now + retryDelayMs(this.bounds, delivery.attempt);
+    this.deliveries[index] = { ...delivery, status: "retry", dueAt: retryAt };
     this.changed = true;
-    return { retryAt, attempt: delivery.a, duplicate: false };
+    return { retryAt, attempt: delivery.attempt, duplicate: false };
   }
 
   /**
    * Explicit recovery (the specification's "same-namespace group
    * recovery"): accepts an expired cursor gap and retires expired,
    * unacknowledged deliveries whose records left retention, without
-   * acknowledging them. The caller checked the capability and the revision;
-   * `firstRetained` is the lane's first retained sequence now.
+   * acknowledging them. The caller checked the capability, the revision and
+   * the request's idempotency; `firstRetained` is the lane's first retained
+   * sequence now (`lastSequence + 1` when it retains nothing).
    */
-  recover(request: RecoveryRequest, firstRetained: number, lastSequence: number): RecoveryRecord {
+  recover(request: RecoveryRequest, bodyDigest: Uint8Array, firstRetained: number): RecoveryRecord {
     if (this.recoveries.length >= MAX_RECOVERIES) {
-      throw new LaneError("lane_capacity", `this group holds ${MAX_RECOVERIES} recovery records: wait for ack_retention to prune the oldest`);
+      const oldest = Math.min(...this.recoveries.map((r) => r.recordedAt));
+      throw new LaneError(
+        "lane_capacity",
+        `this group holds ${MAX_RECOVERIES} recovery records, the most kept within ack_retention: the oldest leaves at ${new Date(oldest + this.bounds.ackRetentionMs).toISOString()}`,
+      );
     }
-    const gap = firstRetained > 0 ? this.cursor + 1 < firstRetained && this.cursor < lastSequence : this.cursor < lastSequence;
-    const boundary = firstRetained > 0 ? firstRetained - 1 : lastSequence;
+    const boundary = firstRetained - 1;
+    const gap = this.cursor < boundary;
     const expectedCursor = gap ? boundary : this.cursor;
     if (request.cursorThrough !== expectedCursor) {
       throw new LaneError(
         "lane_invalid",
         gap
-          ? `cursor_through must be ${boundary}, the expired prefix boundary (first retained ${firstRetained} - 1)`
-          : `cursor_through must be the current cursor ${this.cursor}: there is no expired gap, and it cannot advance across retained work`,
+          ? `cursor_through must be ${boundary}, the expired prefix boundary (first_retained ${firstRetained} - 1)`
+          : `cursor_through must be the current cursor ${this.cursor}: there is no expired gap (first_retained ${firstRetained} - 1 is not beyond it), and it cannot advance across retained work`,
       );
     }
     const sequences = [...request.expired.map((e) => e.sequence), ...request.missing];
     if (sequences.length > MAX_RETIREMENTS) throw new LaneError("lane_invalid", `at most ${MAX_RETIREMENTS} deliveries per recovery`);
     if (new Set(sequences).size !== sequences.length) throw new LaneError("lane_invalid", "a recovery names each delivery at most once");
     const retire = (sequence: number): Delivery => {
-      const delivery = this.deliveries.find((d) => d.s === sequence);
-      if (delivery === undefined) throw new LaneError("lane_invalid", `delivery ${sequence} is not in this group's ledger`);
-      if (delivery.st === "acked") throw new LaneError("lane_invalid", `delivery ${sequence} is acknowledged: only unacknowledged deliveries can be retired`);
-      if (delivery.st === "leased" && (delivery.le ?? 0) > this.now) throw new LaneError("lane_invalid", `delivery ${sequence} holds a live lease: it cannot be retired`);
-      if (firstRetained > 0 && sequence >= firstRetained) throw new LaneError("lane_invalid", `delivery ${sequence} is still retained: only deliveries missing from retention can be retired`);
+      const delivery = this.deliveries[this.#indexOf(sequence)];
+      if (delivery === undefined) {
+        if (this.history.find(sequence) !== undefined) {
+          throw new LaneError("lane_invalid", `delivery ${sequence} is completed (or is not work this group leased): only unacknowledged deliveries can be retired`);
+        }
+        throw new LaneError("lane_invalid", `delivery ${sequence} is not an unfinished delivery of this group`);
+      }
+      if (delivery.status === "leased" && delivery.dueAt > this.now) throw new LaneError("lane_invalid", `delivery ${sequence} holds a live lease: it cannot be retired`);
+      if (sequence >= firstRetained) throw new LaneError("lane_invalid", `delivery ${sequence} is still retained: only deliveries missing from retention can be retired`);
       return delivery;
     };
     const retired: Delivery[] = [];
     for (const entry of request.expired) {
       const delivery = retire(entry.sequence);
-      if (delivery.r !== receiptHash(entry.receipt)) throw stale(entry.sequence);
+      // The caller's own original receipt: the MAC binds the holder.
+      if (delivery.holder !== request.project || !this.receipts.verify(entry.receipt, request.project, entry.sequence, delivery.attempt)) throw stale(entry.sequence);
       retired.push(delivery);
     }
     for (const sequence of request.missing) retired.push(retire(sequence));
-    const gone = new Set(retired.map((d) => d.s));
-    this.deliveries = this.deliveries.filter((d) => !gone.has(d.s));
-    if (gap) this.cursor = boundary;
-    this.missing = Math.max(this.missing, gap ? boundary : 0, ...retired.map((d) => d.s));
+    const gone = new Set(retired.map((d) => d.sequence));
+    this.deliveries = this.deliveries.filter((d) => !gone.has(d.sequence));
+    if (gap) {
+      this.cursor = boundary;
+      this.freshThrough = boundary;
+    }
+    this.missingThrough = Math.max(this.missingThrough, gap ? boundary : 0, ...retired.map((d) => d.sequence));
     const record: RecoveryRecord = {
       id: request.id,
-      p: request.project,
-      h: request.bodyHash,
-      at: this.now,
-      rev: request.revision,
-      ct: this.cursor,
-      mt: this.missing,
-      x: retired.map((d) => ({ p: d.p, s: d.s, a: d.a })),
+      recoverer: request.project,
+      bodyDigest,
+      recordedAt: this.now,
+      revision: request.revision,
+      cursorThrough: this.cursor,
+      missingThrough: this.missingThrough,
+      expirations: retired.map((d) => ({ project: d.holder, sequence: d.sequence, attempt: d.attempt })),
     };
     this.recoveries.push(record);
     this.changed = true;
@@ -482,9 +555,10 @@ export function retryDelayMs(bounds: Pick<LaneBounds, "retryDelayMs" | "maxRetry
   return Math.min(doubled, bounds.maxRetryDelayMs);
 }
 
-function stale(sequence: number): LaneError {
+/** The refusal of a receipt that does not own its delivery (never names the receipt). */
+export function stale(sequence: number): LaneError {
   return new LaneError(
     "lane_stale",
-    `the receipt does not own delivery ${sequence} of this group (its lease was reassigned, completed, released or retired, or it belongs to another project or group)`,
+    `the receipt does not own delivery ${sequence} of this group (its lease was reassigned, completed longer than ack_retention ago, released or retired, or it belongs to another project or group)`,
   );
 }

@@ -15,8 +15,18 @@ export { PUBLISH_PAUSE_POINTS, type BatchOutcome, type PublishOutcome } from "./
 export { LaneRegistry, type LaneAccessView, type RegistryView } from "./registry.js";
 export { REGISTRY_FORMAT_VERSION, registryDocument, serializeRegistry } from "./registry-document.js";
 export { MAX_EVENTS, MAX_EXAMINED, type ReplayPage } from "./replay.js";
-export { MAX_RECOVERIES, MAX_RETIREMENTS, retryDelayMs } from "./group-ledger.js";
-export type { GroupInspection, Receipt, ReceiptOutcome, RecoverInput, RecoveryResult, WorkDelivery } from "./work-groups.js";
+export { MAX_RECOVERIES, MAX_RETIREMENTS, retryDelayMs, type InspectedState } from "./group-ledger.js";
+export type {
+  ClaimParams,
+  GroupInspection,
+  GroupTarget,
+  Receipt,
+  ReceiptOutcome,
+  ReceiptParams,
+  RecoverParams,
+  RecoveryResult,
+  WorkDelivery,
+} from "./work-groups.js";
 export type { LaneBounds, LaneDefinition, LanePrincipal, LaneRecord, LanesBroker, LanesConfig, Publication, RecordKind } from "./types.js";
 export { lanesBrokerPermissions } from "./broker-permissions.js";
 export { metaBucket, recordSubject, reservationBucket, streamName } from "./names.js";

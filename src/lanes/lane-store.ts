@@ -42,6 +42,8 @@ export interface StoredRecord {
   readonly sequence: number;
   readonly subject: string;
   readonly data: Uint8Array;
+  /** When the stream stored it (the broker's clock, epoch ms): it leaves retention max_age after. */
+  readonly storedAt: number;
 }
 
 /** A stream's retained range: `first` is `last + 1` when nothing is retained. */
@@ -218,7 +220,7 @@ export class LaneStore {
     return this.run(
       async () => {
         const message = await this.#getMessage(stream, { seq: sequence });
-        return message === null || message.seq !== sequence ? undefined : { sequence: message.seq, subject: message.subject, data: message.data };
+        return message === null || message.seq !== sequence ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time.getTime() };
       },
       "reading a record",
       signal,
@@ -230,7 +232,7 @@ export class LaneStore {
     return this.run(
       async () => {
         const message = await this.#getMessage(stream, { last_by_subj: subject });
-        return message === null ? undefined : { sequence: message.seq, subject: message.subject, data: message.data };
+        return message === null ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time.getTime() };
       },
       "reading a record",
       signal,
@@ -328,7 +330,7 @@ export class LaneStore {
           if (error) return settle({ error });
           const sequence = streamSequenceOf(message);
           if (sequence !== undefined) {
-            records.push({ sequence, subject: message.subject, data: message.data });
+            records.push({ sequence, subject: message.subject, data: message.data, storedAt: storedAtOf(message) });
             bytes += sizeOf(message);
             if (records.length >= batch) settle({ end: "batch" });
             else if (bytes >= maxBytes) settle({ end: "bytes" });
@@ -434,6 +436,51 @@ export class LaneStore {
     );
   }
 
+  /**
+   * Follows one key of a bucket: `onValue` gets the value it holds now and
+   * every later one, with its revision, through an ordered consumer (only
+   * stored values, never a refused write), until the returned `stop` is
+   * called or the connection ends (then `onEnd`).
+   */
+  async watchKey(
+    bucket: string,
+    key: string,
+    onValue: (value: Uint8Array, revision: number) => void,
+    onEnd: () => void,
+    signal?: AbortSignal,
+  ): Promise<() => void> {
+    const { consumer, messages } = await this.run(
+      async () => {
+        const { js } = await this.#current();
+        // One subject as a string: nats.js refuses a list of them before server 2.10.
+        const consumer = await js.consumers.get(`KV_${bucket}`, { filter_subjects: `$KV.${bucket}.${key}`, deliver_policy: DeliverPolicy.LastPerSubject });
+        return { consumer, messages: await consumer.consume({ max_messages: 16 }) };
+      },
+      "watching a key",
+      signal,
+    );
+    void (async () => {
+      try {
+        for await (const message of messages) {
+          const operation = message.headers?.get("KV-Operation");
+          if (operation === "DEL" || operation === "PURGE") continue;
+          onValue(message.data, message.seq);
+        }
+      } catch {
+        // The connection went away: the watcher ends, and its owner reads the key again.
+      } finally {
+        onEnd();
+      }
+    })();
+    return () => {
+      // Closed and deleted at once: an ordered consumer would otherwise stay on the server until its inactivity threshold.
+      void Promise.resolve()
+        .then(() => messages.close())
+        .then(() => consumer.delete())
+        .catch(() => undefined);
+    };
+  }
+
   /** The configuration a lane stream must have; compared field by field at startup. */
   static laneStreamConfig(input: {
     name: string;
@@ -495,6 +542,13 @@ function streamSequenceOf(message: Msg): number | undefined {
   const tokens = reply.split(".");
   const sequence = Number(tokens[tokens.length === 9 ? 5 : 7]);
   return Number.isSafeInteger(sequence) && sequence > 0 ? sequence : undefined;
+}
+
+/** When the stream stored a delivered record (epoch ms), from the same reply subject: its timestamp in nanoseconds follows the consumer sequence. */
+function storedAtOf(message: Msg): number {
+  const tokens = message.reply!.split(".");
+  const nanosToken = tokens[tokens.length === 9 ? 7 : 9] ?? "0";
+  return /^\d+$/.test(nanosToken) ? Number(BigInt(nanosToken) / 1_000_000n) : 0;
 }
 
 function isCode(error: unknown, code: number): boolean {

@@ -10,7 +10,17 @@ import { Publisher, type BatchOutcome, type PublishOutcome } from "./publisher.j
 import { LaneRegistry } from "./registry.js";
 import { MAX_EVENTS, Replayer, type Cursor, type ReplayPage } from "./replay.js";
 import type { LaneRecord, LanesConfig, Publication } from "./types.js";
-import { WorkGroups, type GroupInspection, type Receipt, type ReceiptOutcome, type RecoverInput, type RecoveryResult, type WorkDelivery } from "./work-groups.js";
+import {
+  WorkGroups,
+  type ClaimParams,
+  type GroupInspection,
+  type GroupTarget,
+  type ReceiptOutcome,
+  type ReceiptParams,
+  type RecoverParams,
+  type RecoveryResult,
+  type WorkDelivery,
+} from "./work-groups.js";
 
 /**
  * Durable lanes as one object: the registry, publication, replay and
@@ -57,18 +67,12 @@ export interface LanesCore {
   /** Pages from the cursor, then new events as they are published, heartbeats while idle, until `signal` aborts. */
   follow(project: string, lane: string, cursor: Cursor, signal: AbortSignal): AsyncGenerator<FollowPage>;
   /** Leases up to `max` deliveries of a group, waiting up to `waitMs` when none is eligible. */
-  claim(project: string, lane: string, group: string, max: number, waitMs: number, signal?: AbortSignal): Promise<WorkDelivery[]>;
-  renew(project: string, lane: string, group: string, receipts: readonly Receipt[], signal?: AbortSignal): Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>;
-  ack(project: string, lane: string, group: string, receipts: readonly Receipt[], signal?: AbortSignal): Promise<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]>;
-  nack(
-    project: string,
-    lane: string,
-    group: string,
-    receipts: readonly Receipt[],
-    signal?: AbortSignal,
-  ): Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>;
-  inspect(project: string, lane: string, group: string, signal?: AbortSignal): Promise<GroupInspection>;
-  recover(input: RecoverInput, lane: string, group: string, signal?: AbortSignal): Promise<RecoveryResult>;
+  claim(params: ClaimParams, signal?: AbortSignal): Promise<WorkDelivery[]>;
+  renew(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>;
+  ack(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]>;
+  nack(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>;
+  inspect(params: GroupTarget, signal?: AbortSignal): Promise<GroupInspection>;
+  recover(params: RecoverParams, signal?: AbortSignal): Promise<RecoveryResult>;
   close(): Promise<void>;
 }
 
@@ -97,6 +101,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     const replayer = new Replayer(readStore, namespace, registry);
     const watchers = new LaneWatchers(store, config.namespace);
     const groups = new WorkGroups(store, namespace, registry, watchers);
+    groups.warnUnrecoverable(log);
     const followers = new Map<string, number>();
     const heartbeatMs = options.heartbeatMs ?? FOLLOW_HEARTBEAT_MS;
 
@@ -153,13 +158,14 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           leave();
         }
       },
-      claim: (project, lane, group, max, waitMs, signal) => groups.claim(project, lane, group, max, waitMs, signal),
-      renew: (project, lane, group, receipts, signal) => groups.renew(project, lane, group, receipts, signal),
-      ack: (project, lane, group, receipts, signal) => groups.ack(project, lane, group, receipts, signal),
-      nack: (project, lane, group, receipts, signal) => groups.nack(project, lane, group, receipts, signal),
-      inspect: (project, lane, group, signal) => groups.inspect(project, lane, group, signal),
-      recover: (input, lane, group, signal) => groups.recover(input, lane, group, signal),
+      claim: (params, signal) => groups.claim(params, signal),
+      renew: (params, signal) => groups.renew(params, signal),
+      ack: (params, signal) => groups.ack(params, signal),
+      nack: (params, signal) => groups.nack(params, signal),
+      inspect: (params, signal) => groups.inspect(params, signal),
+      recover: (params, signal) => groups.recover(params, signal),
       async close() {
+        groups.close();
         watchers.close();
         await readers?.close();
         await own?.close();

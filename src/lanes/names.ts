@@ -14,6 +14,9 @@ import { createHash } from "node:crypto";
  *   `*` or `>`), and the fixed token `rec` separates the lane from the key.
  * - KV keys are `<lane>.<project>.<id>` (reservations) and `<lane>.<group>`
  *   (group ledgers): identifiers joined by `.`, which no identifier holds.
+ * - A group's signal subject, `laneway.<namespace>.<lane>.grp.<group>`,
+ *   carries only Laneway's own notes between its processes (core NATS, never
+ *   stored: the fixed `grp` keeps it out of the lane's stream).
  */
 
 /** The digest that names a tuple: SHA-256 over the parts joined by NUL (which no identifier holds), 40 hex characters. */
@@ -57,6 +60,16 @@ export function laneSubjects(namespace: string, lane: string): string {
 /** The subject of one record: unique per (lane, project, id). */
 export function recordSubject(namespace: string, lane: string, project: string, id: string): string {
   return `laneway.${namespace}.${lane}.rec.${project}.${id}`;
+}
+
+/** Where Laneway processes sharing a group tell each other that a write of theirs lost (work-groups.ts). */
+export function groupSignalSubject(namespace: string, lane: string, group: string): string {
+  return `laneway.${namespace}.${lane}.grp.${group}`;
+}
+
+/** Every group signal subject of a namespace (one subscription per Laneway process). */
+export function groupSignalSubjects(namespace: string): string {
+  return `laneway.${namespace}.*.grp.*`;
 }
 
 export function reservationKey(lane: string, project: string, id: string): string {

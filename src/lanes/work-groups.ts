@@ -1,45 +1,60 @@
+import { randomBytes } from "node:crypto";
+import type { Logger } from "../log/logger.js";
 import { decodeEnvelope, recordOf, type Envelope } from "./envelope.js";
 import { LaneError } from "./errors.js";
+import { COMPLETION_RESERVE_BYTES } from "./completion-history.js";
 import {
-  decodeLedger,
   emptyLedger,
-  encodeLedger,
+  historyBudget,
+  inspectedState,
+  isEligible,
   LedgerDraft,
-  recoveryBodyHash,
-  slotLimit,
-  worstCaseLedgerBytes,
+  recoveryBody,
+  stale,
   type ClaimCandidates,
+  type InspectedState,
   type Ledger,
   type Leased,
   type RecoveryRecord,
 } from "./group-ledger.js";
+import { decodeAdmissions, decodeLedger, encodeAdmissions, encodeLedger } from "./group-state-codec.js";
 import type { LaneStore } from "./lane-store.js";
-import { admissionHeadroom } from "./ledger-capacity.js";
+import { admissionHeadroom, slotLimit, worstCaseLedgerBytes } from "./ledger-capacity.js";
 import type { LaneWatchers } from "./lane-watcher.js";
-import { groupKey } from "./names.js";
+import { groupKey, groupSignalSubject, groupSignalSubjects } from "./names.js";
 import type { Namespace } from "./namespace.js";
+import { GroupReceipts } from "./receipts.js";
 import type { LaneRegistry } from "./registry.js";
 import type { LaneBounds, LaneRecord } from "./types.js";
 
 /**
  * Work groups: claims, renewals, acknowledgements, nacks, inspection and
- * recovery over each group's ledger (group-ledger.ts) in the namespace's
- * shared group bucket.
+ * recovery over each group's state (group-ledger.ts, stored as state
+ * format 4 by group-state-codec.ts) in the namespace's shared group bucket.
  *
  * - One actor per group in this process combines every operation that
  *   arrives while a compare-and-set is in flight into the next one: many
- *   workers acking at once cost one CAS, not one each. A CAS conflict with
- *   another process reloads the ledger and applies the operations again,
- *   with jitter, within the callers' deadlines.
+ *   workers acking at once cost one CAS, not one each.
+ * - Between processes the CAS decides, and the processes share a group
+ *   fairly: a process whose CAS lost starts following the group's key (a
+ *   KV watch, so its cached state is fresh without a read after each
+ *   conflict), tells the others on the group's signal subject, and retries
+ *   on the state it was shown. A process told so lets each of its next
+ *   writes wait, for a few milliseconds at most, until it has seen a write
+ *   of another process: under sustained load the writers take turns, each
+ *   write combining everything its process has queued, so every process's
+ *   claimers make progress and the group's write rate is that of one
+ *   process. Without contention nothing waits and nothing is watched.
  * - Capacity: the bucket's `ledger_bytes` is shared by every group of the
  *   namespace. A group's value can grow only to the worst-case size of its
- *   slots (every field at its widest, all 64 recovery records), and a
- *   group or a new slot is admitted only when the sum of every admitted
- *   worst case still leaves headroom for the largest single write. That
- *   keeps acknowledgements, nacks, renewals and recoveries — which never
- *   add slots — from ever failing for capacity, and keeps newly admitted
- *   groups from eating the headroom of existing ones. Admissions are
- *   recorded in one key of the bucket (`_admissions`), by CAS.
+ *   slots (every unfinished delivery at its widest, its completion-history
+ *   budget, all 64 recovery records), and a group or a new slot is
+ *   admitted only when the sum of every admitted worst case still leaves
+ *   headroom for the largest single write. That keeps acknowledgements,
+ *   nacks, renewals and recoveries — which never add slots — from ever
+ *   failing for capacity, and keeps newly admitted groups from eating the
+ *   headroom of existing ones. Admissions are recorded in one key of the
+ *   bucket (`_admissions`), by CAS.
  * - A claim that finds nothing may wait up to its `wait`: all waiting
  *   claimers of a lane share the lane's one watcher, and wake when a record
  *   is published or the next lease ends or retry falls due.
@@ -56,12 +71,46 @@ export interface WorkDelivery {
 /** A receipt-bound operation's own outcome in a batch. */
 export type ReceiptOutcome<T> = { readonly ok: T } | { readonly error: unknown };
 
-/** A group's ledger as inspection shows it (no receipts). */
+/** Which group of which lane a project acts on. */
+export interface GroupTarget {
+  /** The authenticated project. */
+  readonly project: string;
+  readonly lane: string;
+  readonly group: string;
+}
+
+export interface ClaimParams extends GroupTarget {
+  /** The most deliveries to lease (1 to 64). */
+  readonly max: number;
+  /** How long to wait for work when none is eligible (0: answer at once). */
+  readonly waitMs: number;
+}
+
+export interface Receipt {
+  readonly sequence: number;
+  readonly receipt: string;
+}
+
+export interface ReceiptParams extends GroupTarget {
+  readonly receipts: readonly Receipt[];
+}
+
+export interface RecoverParams extends GroupTarget {
+  /** The request's idempotency id. */
+  readonly id: string;
+  readonly revision: number;
+  readonly cursorThrough: number;
+  readonly expired: readonly Receipt[];
+  readonly missing: readonly number[];
+}
+
+/** A group's state as inspection shows it (never a receipt or the secret). */
 export interface GroupInspection {
   readonly lane: string;
   readonly group: string;
   readonly revision: number;
   readonly cursor: number;
+  /** The lane's first retained sequence; `lastSequence + 1` when it retains nothing. */
   readonly firstRetained: number;
   readonly lastSequence: number;
   readonly missingThrough: number;
@@ -71,16 +120,27 @@ export interface GroupInspection {
   readonly recoveries: number;
   /** The retained recovery results, oldest first. */
   readonly recoveryHistory: readonly RecoveryResult[];
+  /** The unfinished deliveries, in sequence order. */
   readonly deliveries: readonly {
     readonly sequence: number;
     readonly project: string;
     readonly attempt: number;
-    readonly state: "leased" | "retry_scheduled" | "released" | "acked";
+    readonly state: InspectedState;
     readonly leaseExpiresAt?: number;
     readonly retryAt?: number;
-    readonly ackedAt?: number;
     readonly retained: boolean;
   }[];
+  /** The completion history within ack_retention, oldest bucket first. */
+  readonly completions: readonly {
+    readonly firstAckedAt: number;
+    readonly lastAckedAt: number;
+    readonly completed: number;
+    readonly ranges: readonly { readonly first: number; readonly last: number }[];
+    readonly retried: readonly { readonly sequence: number; readonly attempt: number }[];
+  }[];
+  /** Stored bytes of the completion history, and its budget (with room kept for each unfinished delivery's completion). */
+  readonly historyBytes: number;
+  readonly historyBudget: number;
 }
 
 /** A recovery's stored result. */
@@ -100,12 +160,34 @@ export const ADMISSIONS_KEY = "_admissions";
 /** Records a fresh-work scan reads from the stream per claim attempt, at most. */
 const SCAN_LIMIT = 512;
 /**
- * Records a read asks for beyond what the claims still want: the work among
- * them waits in the record cache for the next claims (read-ahead).
+ * Records a read asks for beyond what the claims still want (at least 16,
+ * and as many as they want): the work among them waits in the record cache
+ * for the next claims (read-ahead), which then need no read of the lane.
  */
 const READ_AHEAD = 16;
+/**
+ * A record this process read is taken as still retained, without asking the
+ * broker for the lane's range, while it is at least this far from the end
+ * of its retention by this process's clock (the largest of 2 s and
+ * operation_timeout: room for clock skew between Laneway and the broker).
+ */
+const RETAINED_MARGIN_MS = 2_000;
 /** The most records the record cache holds (and so the most work a read-ahead can list). */
 const RECORD_CACHE = 4_096;
+/**
+ * How long a process told of contention waits, at most, for another
+ * process's write before its own: 10 ms, doubled for each write the other
+ * process lost in a row, at most 320 ms — so a process on a slow or busy
+ * machine still gets its turn.
+ */
+const YIELD_MS = 10;
+const YIELD_MAX_MS = 320;
+/** How long contention lasts after the last sign of it (a lost CAS, a signal). */
+const CONTENTION_WINDOW_MS = 250;
+/** How long a group's key is watched after the last sign of contention. */
+const WATCH_IDLE_MS = 3_000;
+/** How long a process whose CAS lost waits for its watch to show the newer state, before reading it. */
+const CONFLICT_WAIT_MS = 50;
 
 /**
  * What this process has read of a lane contiguously: every sequence from
@@ -119,6 +201,14 @@ interface ReadAhead {
   from: number;
   through: number;
   work: number[];
+  /** When the stream stored the oldest record read in this span (records after it are younger). */
+  oldestStoredAt: number;
+}
+
+/** A record of the lane this process read: its envelope, and when the stream stored it. */
+interface CachedRecord {
+  readonly envelope: Envelope;
+  readonly storedAt: number;
 }
 
 type Operation =
@@ -126,7 +216,7 @@ type Operation =
   | { kind: "renew"; project: string; items: Receipt[]; settle: Settle<ReceiptOutcome<{ leaseExpiresAt: number }>[]> }
   | { kind: "ack"; project: string; items: Receipt[]; settle: Settle<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]> }
   | { kind: "nack"; project: string; items: Receipt[]; settle: Settle<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]> }
-  | { kind: "recover"; request: RecoverInput; settle: Settle<RecoveryResult> };
+  | { kind: "recover"; request: RecoverParams; settle: Settle<RecoveryResult> };
 
 interface Settle<T> {
   resolve(value: T): void;
@@ -134,23 +224,20 @@ interface Settle<T> {
   readonly signal: AbortSignal | undefined;
 }
 
-export interface Receipt {
-  readonly sequence: number;
-  readonly receipt: string;
-}
-
-export interface RecoverInput {
-  readonly id: string;
-  readonly project: string;
-  readonly revision: number;
-  readonly cursorThrough: number;
-  readonly expired: readonly Receipt[];
-  readonly missing: readonly number[];
+/** The lane's retained range: `firstRetained` is `last + 1` when nothing is retained. */
+interface LaneRange {
+  readonly firstRetained: number;
+  readonly last: number;
 }
 
 export class WorkGroups {
   readonly #actors = new Map<string, GroupActor>();
   readonly #admissions: Admissions;
+  /** This process, on the groups' signal subjects (its own signals are ignored). */
+  readonly #process = randomBytes(8).toString("hex");
+  /** The one subscription to every group's signal subject of the namespace, per connection. */
+  #signals: { unsubscribe: () => void; generation: number } | undefined;
+  #closed = false;
 
   constructor(
     private readonly store: LaneStore,
@@ -162,17 +249,73 @@ export class WorkGroups {
     this.#admissions = new Admissions(store, namespace);
   }
 
+  /**
+   * Logs one warning per group whose configuration names no recoverer:
+   * once unacknowledged work of such a group leaves retention, every claim
+   * answers lane_cursor and nobody may accept the gap.
+   */
+  warnUnrecoverable(log: Logger): void {
+    for (const lane of this.namespace.config.lanes) {
+      for (const group of lane.groups.keys()) {
+        if ((lane.recoverers.get(group) ?? []).length > 0) continue;
+        log.warn("work group has no recoverer: once unacknowledged work leaves retention, its claims fail with lane_cursor for good", {
+          lane: lane.id,
+          group,
+          retention: `${this.namespace.config.bounds.retentionMs}ms`,
+        });
+      }
+    }
+  }
+
+  /** Subscribes to the namespace's group signals (again after a reconnect): other processes say so when a write of theirs lost. */
+  async #ensureSignals(): Promise<void> {
+    if (this.#closed || (this.#signals !== undefined && this.#signals.generation === this.store.generation)) return;
+    this.#signals?.unsubscribe();
+    this.#signals = undefined;
+    let nc;
+    try {
+      nc = await this.store.connection();
+    } catch {
+      return; // not connected: the next operation tries again
+    }
+    if (this.#signals !== undefined || this.#closed) return;
+    const prefix = `laneway.${this.namespace.config.namespace}.`;
+    const subscription = nc.subscribe(groupSignalSubjects(this.namespace.config.namespace), {
+      callback: (_error, message) => {
+        const [lane, , group] = message.subject.slice(prefix.length).split(".");
+        const [from, streak] = message.string().split(" ");
+        if (from === this.#process || lane === undefined || group === undefined) return;
+        this.#actors.get(groupKey(lane, group))?.onSignal(Number(streak) || 0);
+      },
+    });
+    this.#signals = { unsubscribe: () => subscription.unsubscribe(), generation: this.store.generation };
+  }
+
   #actor(lane: string, group: string): GroupActor {
+    void this.#ensureSignals();
     const key = groupKey(lane, group);
     let actor = this.#actors.get(key);
     if (actor === undefined) {
-      actor = new GroupActor(this.store, this.namespace, this.#admissions, lane, group, this.now);
+      const recoverers = this.namespace.config.lanes.find((l) => l.id === lane)?.recoverers.get(group) ?? [];
+      actor = new GroupActor({
+        store: this.store,
+        namespace: this.namespace,
+        admissions: this.#admissions,
+        lane,
+        group,
+        now: this.now,
+        process: this.#process,
+        gapAdvice:
+          recoverers.length > 0
+            ? `inspect the group and have a recoverer (${recoverers.join(", ")}) accept it with RecoverGroup`
+            : `no project may recover group ${group} of lane ${lane} (its configuration names no recoverer), so it cannot pass this gap: provision a namespace generation whose configuration names a recoverer for it, and move its work there`,
+      });
       this.#actors.set(key, actor);
     }
     return actor;
   }
 
-  #member(project: string, lane: string, group: string): void {
+  #member({ project, lane, group }: GroupTarget): void {
     const members = this.namespace.config.lanes.find((l) => l.id === lane)?.groups.get(group);
     if (members === undefined || !members.includes(project)) {
       throw new LaneError("lane_forbidden", `project ${project} is not a member of group ${group} of lane ${lane}`);
@@ -183,12 +326,12 @@ export class WorkGroups {
    * Leases up to `max` deliveries; when none is eligible, waits up to
    * `waitMs` for work (a publication, a lease ending, a retry falling due).
    */
-  async claim(project: string, lane: string, group: string, max: number, waitMs: number, signal?: AbortSignal): Promise<WorkDelivery[]> {
-    this.#member(project, lane, group);
+  async claim(params: ClaimParams, signal?: AbortSignal): Promise<WorkDelivery[]> {
+    this.#member(params);
+    const { project, lane, group, max, waitMs } = params;
     const actor = this.#actor(lane, group);
     const deadline = this.now() + waitMs;
-    const once = () =>
-      new Promise<WorkDelivery[]>((resolve, reject) => actor.enqueue({ kind: "claim", project, max, settle: { resolve, reject, signal } }));
+    const once = () => new Promise<WorkDelivery[]>((resolve, reject) => actor.enqueue({ kind: "claim", project, max, settle: { resolve, reject, signal } }));
     if (waitMs <= 0) return once();
     const hold = await this.watchers.hold(lane);
     try {
@@ -207,41 +350,48 @@ export class WorkGroups {
     }
   }
 
-  renew(project: string, lane: string, group: string, items: readonly Receipt[], signal?: AbortSignal) {
-    this.#member(project, lane, group);
+  renew(params: ReceiptParams, signal?: AbortSignal) {
+    this.#member(params);
     return new Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>((resolve, reject) =>
-      void this.#actor(lane, group).enqueue({ kind: "renew", project, items: [...items], settle: { resolve, reject, signal } }),
+      this.#actor(params.lane, params.group).enqueue({ kind: "renew", project: params.project, items: [...params.receipts], settle: { resolve, reject, signal } }),
     );
   }
 
-  ack(project: string, lane: string, group: string, items: readonly Receipt[], signal?: AbortSignal) {
-    this.#member(project, lane, group);
+  ack(params: ReceiptParams, signal?: AbortSignal) {
+    this.#member(params);
     return new Promise<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]>((resolve, reject) =>
-      void this.#actor(lane, group).enqueue({ kind: "ack", project, items: [...items], settle: { resolve, reject, signal } }),
+      this.#actor(params.lane, params.group).enqueue({ kind: "ack", project: params.project, items: [...params.receipts], settle: { resolve, reject, signal } }),
     );
   }
 
-  nack(project: string, lane: string, group: string, items: readonly Receipt[], signal?: AbortSignal) {
-    this.#member(project, lane, group);
+  nack(params: ReceiptParams, signal?: AbortSignal) {
+    this.#member(params);
     return new Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>((resolve, reject) =>
-      void this.#actor(lane, group).enqueue({ kind: "nack", project, items: [...items], settle: { resolve, reject, signal } }),
+      this.#actor(params.lane, params.group).enqueue({ kind: "nack", project: params.project, items: [...params.receipts], settle: { resolve, reject, signal } }),
     );
   }
 
-  async inspect(project: string, lane: string, group: string, signal?: AbortSignal): Promise<GroupInspection> {
-    this.#member(project, lane, group);
-    return this.#actor(lane, group).inspect(this.registry.bounds, signal);
+  async inspect(params: GroupTarget, signal?: AbortSignal): Promise<GroupInspection> {
+    this.#member(params);
+    return this.#actor(params.lane, params.group).inspect(this.registry.bounds, signal);
   }
 
-  async recover(input: RecoverInput, lane: string, group: string, signal?: AbortSignal): Promise<RecoveryResult> {
-    this.#member(input.project, lane, group);
+  async recover(params: RecoverParams, signal?: AbortSignal): Promise<RecoveryResult> {
+    this.#member(params);
+    const { project, lane, group } = params;
     const recoverers = this.namespace.config.lanes.find((l) => l.id === lane)?.recoverers.get(group) ?? [];
-    if (!recoverers.includes(input.project)) {
-      throw new LaneError("lane_forbidden", `project ${input.project} may not recover group ${group} of lane ${lane}`);
+    if (!recoverers.includes(project)) {
+      throw new LaneError("lane_forbidden", `project ${project} may not recover group ${group} of lane ${lane}`);
     }
-    return new Promise<RecoveryResult>((resolve, reject) =>
-      void this.#actor(lane, group).enqueue({ kind: "recover", request: input, settle: { resolve, reject, signal } }),
-    );
+    return new Promise<RecoveryResult>((resolve, reject) => this.#actor(lane, group).enqueue({ kind: "recover", request: params, settle: { resolve, reject, signal } }));
+  }
+
+  /** Stops every group's watch and the signal subscription. */
+  close(): void {
+    this.#closed = true;
+    this.#signals?.unsubscribe();
+    this.#signals = undefined;
+    for (const actor of this.#actors.values()) actor.close();
   }
 }
 
@@ -270,65 +420,140 @@ class Admissions {
    * Admits `key` for `slots` slots (no-op when it already is). Fails with
    * lane_capacity, changing nothing, when the bucket has no room for it.
    */
-  async admit(key: string, slots: number, signal?: AbortSignal): Promise<void> {
+  async admit(target: { key: string; lane: string; group: string }, slots: number, signal?: AbortSignal): Promise<void> {
     const bucket = this.namespace.groups;
     const limit = this.namespace.config.bounds.ledgerBytes;
     for (let attempt = 0; attempt < 20; attempt++) {
       const entry = await this.store.kvGet(bucket, ADMISSIONS_KEY, signal);
-      const admitted: Record<string, number> = entry ? ((entry.json() as { g?: Record<string, number> }).g ?? {}) : {};
-      if ((admitted[key] ?? 0) >= slots) return;
-      const next = { ...admitted, [key]: slots };
+      const admitted = entry ? decodeAdmissions(entry.value) : {};
+      const current = admitted[target.key] ?? 0;
+      if (current >= slots) return;
+      const next = { ...admitted, [target.key]: slots };
       const total = Object.values(next).reduce((sum, n) => sum + worstCaseLedgerBytes(n), 0);
       if (total + this.headroom > limit) {
         throw new LaneError(
           "lane_capacity",
-          `the namespace's group ledger bucket (ledger_bytes ${limit}) has no room for another delivery slot of group ${key}: acknowledge work, wait for ack_retention to prune, or provision a larger ledger_bytes`,
+          current === 0
+            ? `the namespace's group bucket (ledger_bytes ${limit}) has no room to admit group ${target.group} of lane ${target.lane}: every admitted group keeps its reserved bytes for good, so admitting more groups needs a larger ledger_bytes (in a new namespace generation)`
+            : `the namespace's group bucket (ledger_bytes ${limit}) has no room for another delivery slot of group ${target.group} of lane ${target.lane} (it holds ${current}): completing work (ack) frees the group's own slots for new claims at once; more slots need a larger ledger_bytes (in a new namespace generation)`,
         );
       }
-      const value = Buffer.from(JSON.stringify({ f: 3, g: next }), "utf8");
+      const value = encodeAdmissions(next);
       const written = entry === undefined ? await this.store.kvCreate(bucket, ADMISSIONS_KEY, value, signal) : await this.store.kvUpdate(bucket, ADMISSIONS_KEY, value, entry.revision, signal);
       if (written !== "exists" && written !== "conflict") return;
       await jitter(attempt);
     }
-    throw new LaneError("lane_unavailable", `admission of group ${key} kept conflicting with other admissions; retry`);
+    throw new LaneError("lane_unavailable", `admission of group ${target.group} of lane ${target.lane} kept conflicting with other admissions; retry`);
   }
+}
+
+interface ActorOptions {
+  readonly store: LaneStore;
+  readonly namespace: Namespace;
+  readonly admissions: Admissions;
+  readonly lane: string;
+  readonly group: string;
+  readonly now: () => number;
+  /** This process's id on the group's signal subject. */
+  readonly process: string;
+  /** How this group's gaps can be accepted (said in lane_cursor errors). */
+  readonly gapAdvice: string;
+}
+
+/** A state as this process last saw it, with its revision. */
+interface Cached {
+  readonly ledger: Ledger;
+  readonly revision: number;
 }
 
 /** One group's operations, combined into as few CAS writes as possible. */
 class GroupActor {
   readonly #key: string;
-  #cache: { ledger: Ledger; revision: number } | undefined;
+  readonly #store: LaneStore;
+  readonly #namespace: Namespace;
+  readonly #admissions: Admissions;
+  readonly #lane: string;
+  readonly #group: string;
+  readonly #now: () => number;
+  readonly #options: ActorOptions;
+  #cache: Cached | undefined;
+  #receipts: { secret: Uint8Array; receipts: GroupReceipts } | undefined;
   #queue: Operation[] = [];
   #running = false;
+  #closed = false;
   /** Envelopes of recently read records of the lane, by sequence. */
-  readonly #records = new Map<number, Envelope>();
+  readonly #records = new Map<number, CachedRecord>();
   /** The lane's records read ahead of the cursor (see ReadAhead). */
   #ahead: ReadAhead | undefined;
+  /** Contention with other processes (see the module's comment). */
+  readonly #contention = {
+    /** Until when this process lets its writes wait for another process's. */
+    yieldUntil: 0,
+    /** How long each of those writes waits at most. */
+    yieldMs: YIELD_MS,
+    /** Last sign of contention (epoch ms). */
+    lastSeen: 0,
+    /** The watch of the group's key, while contended. */
+    watch: undefined as { stop: () => void; generation: number } | undefined,
+    watchStarting: false,
+    /** Not before this time may a watch that failed to start be tried again (epoch ms). */
+    watchRetryAt: 0,
+    /** Wakes whoever waits for the cache to move. */
+    waiters: new Set<() => void>(),
+    /** Revisions this process wrote lately (a watch shows them too). */
+    own: new Set<number>(),
+    /** The value of this process's write in flight: a watch may show it before its acknowledgement arrives. */
+    inFlight: undefined as Uint8Array | undefined,
+    /** The revision of the last write this process saw from another process. */
+    foreignRevision: 0,
+  };
 
-  constructor(
-    private readonly store: LaneStore,
-    private readonly namespace: Namespace,
-    private readonly admissions: Admissions,
-    private readonly lane: string,
-    private readonly group: string,
-    private readonly now: () => number,
-  ) {
-    this.#key = groupKey(lane, group);
+  constructor(options: ActorOptions) {
+    this.#options = options;
+    this.#store = options.store;
+    this.#namespace = options.namespace;
+    this.#admissions = options.admissions;
+    this.#lane = options.lane;
+    this.#group = options.group;
+    this.#now = options.now;
+    this.#key = groupKey(options.lane, options.group);
   }
 
   enqueue(operation: Operation): void {
     this.#queue.push(operation);
-    if (!this.#running) void this.#drain();
+    if (this.#running) return;
+    // The first operation waits one turn of the event loop, so that the
+    // calls arriving together (a burst of acks) share its compare-and-set.
+    this.#running = true;
+    setImmediate(() => void this.#drain());
   }
 
-  /** When the next lease ends or retry falls due, from the last ledger seen. */
+  close(): void {
+    this.#closed = true;
+    this.#contention.watch?.stop();
+    this.#contention.watch = undefined;
+  }
+
+  /** Another process says a write of its own on this group lost (`streak` times in a row before). */
+  onSignal(streak: number): void {
+    const c = this.#contention;
+    const now = this.#now();
+    const wait = Math.min(YIELD_MAX_MS, YIELD_MS * 2 ** Math.min(Math.max(streak, 0), 10));
+    c.yieldMs = c.yieldUntil > now ? Math.max(c.yieldMs, wait) : wait;
+    c.lastSeen = now;
+    c.yieldUntil = now + CONTENTION_WINDOW_MS + c.yieldMs;
+    void this.#ensureWatch();
+  }
+
+  /** When the next lease ends or retry falls due, from the last state seen. */
   nextEligibleAt(): number | undefined {
-    if (this.#cache === undefined) return undefined;
-    return new LedgerDraft(this.#cache.ledger, this.namespace.config.bounds, this.now()).nextEligibleAt();
+    const now = this.#now();
+    let next: number | undefined;
+    for (const d of this.#cache?.ledger.deliveries ?? []) if (d.dueAt > now && (next === undefined || d.dueAt < next)) next = d.dueAt;
+    return next;
   }
 
   async #drain(): Promise<void> {
-    this.#running = true;
     try {
       while (this.#queue.length > 0) {
         const batch = this.#queue.splice(0);
@@ -341,69 +566,105 @@ class GroupActor {
     }
   }
 
-  async #load(signal?: AbortSignal): Promise<{ ledger: Ledger; revision: number } | undefined> {
-    const entry = await this.store.kvGet(this.namespace.groups, this.#key, signal);
-    if (entry === undefined) return undefined;
-    this.#cache = { ledger: decodeLedger(entry.value), revision: entry.revision };
-    return this.#cache;
+  #receiptsFor(ledger: Ledger): GroupReceipts {
+    if (this.#receipts === undefined || !Buffer.from(this.#receipts.secret).equals(Buffer.from(ledger.secret))) {
+      this.#receipts = { secret: ledger.secret, receipts: new GroupReceipts(ledger.secret, this.#lane, this.#group) };
+    }
+    return this.#receipts.receipts;
   }
 
-  /** The group's ledger, created (one admitted slot) on its first claim. */
-  async #ledgerFor(create: boolean, signal?: AbortSignal): Promise<{ ledger: Ledger; revision: number } | undefined> {
+  #draftOf(ledger: Ledger, bounds: LaneBounds): LedgerDraft {
+    return new LedgerDraft(ledger, { bounds, now: this.#now(), receipts: this.#receiptsFor(ledger), gapAdvice: this.#options.gapAdvice });
+  }
+
+  /** Remembers a state if it is newer than the one this process holds, and wakes whoever waits for it. */
+  #remember(state: Cached): void {
+    if (this.#cache !== undefined && this.#cache.revision >= state.revision) return;
+    this.#cache = state;
+    for (const wake of [...this.#contention.waiters]) wake();
+  }
+
+  async #load(signal?: AbortSignal): Promise<Cached | undefined> {
+    const entry = await this.#store.kvGet(this.#namespace.groups, this.#key, signal);
+    if (entry === undefined) return undefined;
+    const state = { ledger: decodeLedger(entry.value), revision: entry.revision };
+    this.#saw(entry.revision, entry.value);
+    // A read is the truth as of now, even when a watch showed a later revision meanwhile: keep the newer.
+    this.#remember(state);
+    return this.#cache!.revision >= state.revision ? this.#cache : state;
+  }
+
+  /** The group's state, created (one admitted slot) on its first claim. */
+  async #stateFor(create: boolean, signal?: AbortSignal): Promise<Cached | undefined> {
     const current = this.#cache ?? (await this.#load(signal));
     if (current !== undefined || !create) return current;
     // An initial poll reserves one reusable slot: its first claim needs no growth.
-    await this.admissions.admit(this.#key, 1, signal);
-    const created = await this.store.kvCreate(this.namespace.groups, this.#key, encodeLedger(emptyLedger(1)), signal);
+    await this.#admissions.admit({ key: this.#key, lane: this.#lane, group: this.#group }, 1, signal);
+    const ledger = emptyLedger(1);
+    const created = await this.#store.kvCreate(this.#namespace.groups, this.#key, encodeLedger(ledger), signal);
     if (created === "exists") return this.#load(signal);
-    this.#cache = { ledger: emptyLedger(1), revision: created };
+    this.#remember({ ledger, revision: created });
     return this.#cache;
   }
 
   async #apply(batch: Operation[]): Promise<void> {
-    const bounds = this.namespace.config.bounds;
+    const bounds = this.#namespace.config.bounds;
     const signal = anySignal(batch.map((op) => op.settle.signal));
     const claims = batch.filter((op) => op.kind === "claim");
     const wanted = claims.reduce((n, c) => n + (c.kind === "claim" ? c.max : 0), 0);
-    const needsRange = claims.length > 0 || batch.some((op) => op.kind === "recover");
+    const recovers = batch.some((op) => op.kind === "recover");
     let grownTo = 0;
     let capacityError: unknown;
-    // A recovery quotes a revision: compare it with the ledger as it is now, not as this process last saw it.
-    if (batch.some((op) => op.kind === "recover")) this.#cache = undefined;
+    // A recovery quotes a revision: compare it with the state as it is now, not as this process last saw it.
+    let reload = recovers;
     for (let attempt = 0; ; attempt++) {
-      const state = await this.#ledgerFor(claims.length > 0, signal);
+      await this.#yieldTurn(signal);
+      if (reload) {
+        reload = false;
+        await this.#load(signal);
+      }
+      const state = await this.#stateFor(claims.length > 0, signal);
       if (state === undefined) {
-        // No ledger and no claim: nothing was ever leased in this group.
+        // No state and no claim: nothing was ever leased in this group.
         for (const op of batch) settleUninitialized(op);
         return;
       }
-      const draft = new LedgerDraft(state.ledger, bounds, this.now());
+      const draft = this.#draftOf(state.ledger, bounds);
       if (grownTo > 0) draft.growTo(grownTo);
-      const range = needsRange ? await this.#range(signal) : undefined;
-      const candidates = claims.length > 0 ? await this.#candidates(draft, wanted, range!, settlements(batch), signal) : undefined;
+      // A recovery needs the lane's range; a claim asks for it only when what it read ahead cannot prove the work is there.
+      let range = recovers ? await this.#range(signal) : undefined;
+      const candidates =
+        claims.length > 0
+          ? await this.#candidates(draft, wanted, settlements(batch), signal, async () => (range ??= await this.#range(signal)))
+          : undefined;
       const outcomes: (() => void)[] = [];
       const leasedBy = new Map<Operation, number>();
       let shortfall = 0;
+      let blockedBy: "slots" | "history" | undefined;
       for (const op of batch) {
-        const snapshot = snapshotOf(draft);
+        const rollback = op.kind === "claim" || op.kind === "recover" ? draft.mark() : undefined;
         try {
           outcomes.push(
-            this.#one(op, draft, candidates, range, state.revision, (leased, missing) => {
+            this.#one(op, draft, candidates, range, state.revision, (leased, blocked) => {
               leasedBy.set(op, leased);
-              shortfall += missing;
+              if (blocked !== undefined && op.kind === "claim") {
+                shortfall += Math.max(1, op.max - leased);
+                blockedBy ??= blocked;
+              }
             }),
           );
         } catch (error) {
-          restore(draft, snapshot);
+          rollback?.();
           outcomes.push(() => op.settle.reject(error));
         }
       }
-      // Fresh work waits for slots: admit as many as the claims miss (once per batch), then apply again.
+      // Fresh work waits for slots (or for the completion-history budget more slots bring): admit as many as the claims miss (once per batch), then apply again.
       if (shortfall > 0 && grownTo === 0 && capacityError === undefined) {
-        if (draft.slots < this.admissions.slotLimit) {
+        const limit = this.#admissions.slotLimit;
+        if (draft.slots < limit) {
           try {
-            grownTo = Math.min(this.admissions.slotLimit, draft.slots + shortfall);
-            await this.admissions.admit(this.#key, grownTo, signal);
+            grownTo = Math.min(limit, draft.slotsFor(shortfall));
+            await this.#admissions.admit({ key: this.#key, lane: this.#lane, group: this.#group }, grownTo, signal);
             continue;
           } catch (error) {
             grownTo = 0;
@@ -411,24 +672,25 @@ class GroupActor {
             capacityError = error;
           }
         } else {
-          capacityError = new LaneError(
-            "lane_capacity",
-            `group ${this.group} of lane ${this.lane} tracks ${draft.slots} deliveries, its limit (max_ledger and the 512 KiB ledger bound): acknowledge work or wait for ack_retention to prune`,
-          );
+          capacityError = blockedBy === "history" ? this.#historyFull(draft) : this.#slotsFull(draft);
         }
       }
       if (draft.changed) {
-        const written = await this.store.kvUpdate(this.namespace.groups, this.#key, encodeLedger(draft.toLedger()), state.revision, signal);
+        const ledger = draft.toLedger();
+        const value = encodeLedger(ledger);
+        this.#contention.inFlight = value;
+        const written = await this.#store.kvUpdate(this.#namespace.groups, this.#key, value, state.revision, signal).finally(() => (this.#contention.inFlight = undefined));
         if (written === "conflict") {
-          // Another process wrote the group: reload and apply again. Its
-          // write may have used the slots admitted here: admit again if short.
-          this.#cache = undefined;
+          // Another process wrote the group: follow it, tell it, and apply
+          // again on the state it wrote. Its write may have used the slots
+          // admitted here: admit again if short.
           grownTo = 0;
           if (signal?.aborted) throw new LaneError("lane_canceled", "the call was canceled while its group ledger was contended");
-          await jitter(attempt);
+          await this.#conflicted(state.revision, attempt, signal);
           continue;
         }
-        this.#cache = { ledger: draft.toLedger(), revision: written };
+        this.#wrote(written);
+        this.#remember({ ledger, revision: written });
       }
       for (const [i, answer] of outcomes.entries()) {
         const op = batch[i]!;
@@ -440,9 +702,163 @@ class GroupActor {
     }
   }
 
-  async #range(signal?: AbortSignal): Promise<{ firstRetained: number; last: number }> {
-    const { first, last } = await this.store.range(this.namespace.streams.get(this.lane)!, signal);
-    return { firstRetained: first > 0 && first <= last ? first : 0, last };
+  #slotsFull(draft: LedgerDraft): LaneError {
+    const bounds = this.#namespace.config.bounds;
+    return new LaneError(
+      "lane_capacity",
+      `group ${this.#group} of lane ${this.#lane} holds ${draft.deliveries.length} unfinished deliveries (leased, waiting for a retry, or released), its limit (max_ledger ${bounds.maxLedger} within the 512 KiB state bound): completing work (ack) frees slots at once; deliveries waiting for a retry keep theirs, and those whose records left retention free theirs only when a recoverer retires them`,
+    );
+  }
+
+  #historyFull(draft: LedgerDraft): LaneError {
+    const oldest = draft.history.buckets[0];
+    const frees = oldest === undefined ? "" : `; the oldest leaves at ${new Date(oldest.lastAt + this.#namespace.config.bounds.ackRetentionMs).toISOString()}`;
+    return new LaneError(
+      "lane_capacity",
+      `the completion history of group ${this.#group} of lane ${this.#lane} is full (${draft.historyBytes()} of ${historyBudget(draft.slots)} bytes, with ${COMPLETION_RESERVE_BYTES} kept for the completion of each of its ${draft.deliveries.length} unfinished deliveries): completions out of sequence order and at later attempts take its room until their history bucket leaves ack_retention${frees}`,
+    );
+  }
+
+  // ------------------------------------------------------------- contention between processes
+
+  /** Tells this process's writes from another's, for the turns (see #yieldTurn). */
+  #saw(revision: number, value: Uint8Array): void {
+    const c = this.#contention;
+    // This process's own write, shown before its acknowledgement arrived, is not another process's turn.
+    if (c.inFlight !== undefined && Buffer.from(c.inFlight).equals(Buffer.from(value))) this.#wrote(revision);
+    if (!c.own.has(revision)) c.foreignRevision = Math.max(c.foreignRevision, revision);
+  }
+
+  /** Records a revision this process wrote. */
+  #wrote(revision: number): void {
+    const own = this.#contention.own;
+    own.add(revision);
+    if (own.size > 64) own.delete(own.values().next().value!);
+  }
+
+  /** A CAS lost to another process: tell it, follow the group, and wait to be shown the newer state. */
+  async #conflicted(revision: number, attempt: number, signal?: AbortSignal): Promise<void> {
+    const c = this.#contention;
+    c.lastSeen = this.#now();
+    await this.#signal(attempt);
+    await this.#ensureWatch(signal);
+    if (!(await this.#waitNewer(revision, CONFLICT_WAIT_MS, signal))) {
+      await this.#load(signal);
+      // Not followed (the watch could not start): repeated losses back off a little.
+      if (attempt >= 3 && c.watch === undefined) await jitter(attempt - 3);
+    }
+  }
+
+  /** Waits until the cache holds a revision above `revision`; false after `ms`. */
+  #waitNewer(revision: number, ms: number, signal?: AbortSignal): Promise<boolean> {
+    const newer = () => (this.#cache?.revision ?? 0) > revision;
+    if (newer()) return Promise.resolve(true);
+    if (this.#contention.watch === undefined) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        this.#contention.waiters.delete(wake);
+        resolve(newer());
+      };
+      const wake = () => {
+        if (newer()) done();
+      };
+      const onAbort = () => done();
+      const timer = setTimeout(done, ms);
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.#contention.waiters.add(wake);
+    });
+  }
+
+  /**
+   * While another process says it lost to this one, each write waits until
+   * this process has seen a write of another process (or YIELD_MS passed).
+   */
+  async #yieldTurn(signal?: AbortSignal): Promise<void> {
+    const c = this.#contention;
+    const now = this.#now();
+    if (c.yieldUntil <= now) {
+      if (c.watch !== undefined && now - c.lastSeen > WATCH_IDLE_MS) {
+        c.watch.stop();
+        c.watch = undefined;
+      }
+      return;
+    }
+    const seen = c.foreignRevision;
+    if ((this.#cache?.revision ?? 0) <= seen) {
+      // The last write seen is another process's: it is this process's turn.
+      return;
+    }
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", done);
+        c.waiters.delete(wake);
+        resolve();
+      };
+      const wake = () => {
+        if (c.foreignRevision > seen) done();
+      };
+      const timer = setTimeout(done, c.yieldMs);
+      signal?.addEventListener("abort", done, { once: true });
+      c.waiters.add(wake);
+    });
+  }
+
+  /** Tells the other processes on this group that a CAS of this one lost (`streak` times in a row before). */
+  async #signal(streak: number): Promise<void> {
+    try {
+      const nc = await this.#store.connection();
+      nc.publish(groupSignalSubject(this.#namespace.config.namespace, this.#lane, this.#group), `${this.#options.process} ${streak}`);
+    } catch {
+      // Not connected: the retry will report the broker.
+    }
+  }
+
+  /** Follows the group's key while contended: every write of any process refreshes the cache. */
+  async #ensureWatch(signal?: AbortSignal): Promise<void> {
+    const c = this.#contention;
+    if (this.#closed || c.watchStarting || (c.watch !== undefined && c.watch.generation === this.#store.generation) || this.#now() < c.watchRetryAt) return;
+    c.watch?.stop();
+    c.watch = undefined;
+    c.watchStarting = true;
+    const generation = this.#store.generation;
+    try {
+      const stop = await this.#store.watchKey(
+        this.#namespace.groups,
+        this.#key,
+        (value, revision) => {
+          this.#saw(revision, value);
+          if (revision <= (this.#cache?.revision ?? 0)) return;
+          let ledger: Ledger;
+          try {
+            ledger = decodeLedger(value);
+          } catch {
+            return; // a value this Laneway refuses: the next read reports it
+          }
+          this.#remember({ ledger, revision });
+        },
+        () => {
+          if (c.watch?.generation === generation) c.watch = undefined;
+        },
+        signal,
+      );
+      c.watch = { stop, generation };
+      if (this.#closed) stop();
+    } catch {
+      // Not watched: conflicts read the key instead, and the watch is tried again a little later.
+      c.watchRetryAt = this.#now() + 5_000;
+    } finally {
+      c.watchStarting = false;
+    }
+  }
+
+  // ------------------------------------------------------------- reads of the lane
+
+  async #range(signal?: AbortSignal): Promise<LaneRange> {
+    const { first, last } = await this.#store.range(this.#namespace.streams.get(this.#lane)!, signal);
+    return { firstRetained: first > 0 && first <= last ? first : last + 1, last };
   }
 
   /** Applies one operation to the draft; returns how to answer it once the CAS succeeded. */
@@ -450,25 +866,27 @@ class GroupActor {
     op: Operation,
     draft: LedgerDraft,
     candidates: ClaimCandidates | undefined,
-    range: { firstRetained: number; last: number } | undefined,
+    range: LaneRange | undefined,
     revision: number,
-    claimed: (leased: number, slotsMissing: number) => void,
+    claimed: (leased: number, blocked: "slots" | "history" | undefined) => void,
   ): () => void {
     switch (op.kind) {
       case "claim": {
-        const { leased, needsSlot } = draft.claim(op.project, op.max, candidates!);
+        const { leased, blocked } = draft.claim(op.project, op.max, candidates!);
         // A claim that leased nothing because the group holds max_pending live leases is capacity (429), not "no work".
-        if (leased.length === 0 && draft.liveLeases() >= this.namespace.config.bounds.maxPending) {
+        if (leased.length === 0 && draft.liveLeases() >= this.#namespace.config.bounds.maxPending) {
+          const maxPending = this.#namespace.config.bounds.maxPending;
+          const next = draft.nextEligibleAt();
           throw new LaneError(
             "lane_capacity",
-            `group ${this.group} of lane ${this.lane} holds max_pending (${this.namespace.config.bounds.maxPending}) live leases: ack or nack work, or wait for leases to end`,
+            `group ${this.#group} of lane ${this.#lane} holds max_pending (${maxPending}) live leases: ack or nack work, or wait for a lease to end${next === undefined ? "" : ` (the next ends at ${new Date(next).toISOString()})`}`,
           );
         }
         // Fresh work that needed a slot asks for one even when a retry took
         // this claim's turn instead (the retry turn is committed first), or
         // the group could never grow while a rejected item stays ready, and
         // it would starve fresh work.
-        claimed(leased.length, needsSlot ? Math.max(1, op.max - leased.length) : 0);
+        claimed(leased.length, blocked);
         const deliveries = leased.map((l) => this.#delivery(l));
         return () => op.settle.resolve(deliveries);
       }
@@ -479,20 +897,23 @@ class GroupActor {
       case "nack":
         return this.#each(op, (item) => draft.nack(op.project, item.sequence, item.receipt));
       case "recover": {
-        const request = op.request;
-        const bodyHash = recoveryBodyHash(request);
+        const request = { ...op.request };
+        const digest = draft.receipts.recoveryDigest(recoveryBody(request));
         const existing = draft.recoveries.find((r) => r.id === request.id);
         if (existing !== undefined) {
-          if (existing.p !== request.project || existing.h !== bodyHash) {
+          if (existing.recoverer !== request.project || !Buffer.from(existing.bodyDigest).equals(Buffer.from(digest))) {
             throw new LaneError("lane_conflict", `recovery id ${request.id} was used with a different body or by another project: use a new id`);
           }
           const result = resultOf(existing);
           return () => op.settle.resolve(result);
         }
         if (request.revision !== revision) {
-          throw new LaneError("lane_conflict", `the group changed since revision ${request.revision} (it is at ${revision}): inspect it again and submit with a new request id if the recovery changes`);
+          throw new LaneError(
+            "lane_conflict",
+            `the group changed since revision ${request.revision} (it is at ${revision}): inspect it again and submit with a new request id if the recovery changes`,
+          );
         }
-        const record = draft.recover({ ...request, bodyHash }, range!.firstRetained, range!.last);
+        const record = draft.recover(request, digest, range!.firstRetained);
         const result = resultOf(record);
         return () => op.settle.resolve(result);
       }
@@ -512,72 +933,94 @@ class GroupActor {
   }
 
   #delivery(leased: Leased): WorkDelivery {
-    const envelope = this.#records.get(leased.sequence);
-    if (envelope === undefined) throw new Error(`the record of delivery ${leased.sequence} was not read before it was leased`);
-    return { record: recordOf(envelope, leased.sequence), receipt: leased.receipt, attempt: leased.attempt, leaseExpiresAt: leased.leaseExpiresAt };
+    const cached = this.#records.get(leased.sequence);
+    if (cached === undefined) throw new Error(`the record of delivery ${leased.sequence} was not read before it was leased`);
+    return { record: recordOf(cached.envelope, leased.sequence), receipt: leased.receipt, attempt: leased.attempt, leaseExpiresAt: leased.leaseExpiresAt };
+  }
+
+  /**
+   * How many records a read asks for beyond what the claims want: as many
+   * as they want (at least 16); eight times as many while another process
+   * works the group too, whose claims move the cursor past what this one
+   * read (at most one scan, 512 records).
+   */
+  #readAheadFor(want: number, now: number): number {
+    const contended = now - this.#contention.lastSeen < WATCH_IDLE_MS;
+    return contended ? Math.min(SCAN_LIMIT, 8 * want) : Math.max(READ_AHEAD, want);
+  }
+
+  /** Whether a record stored at `storedAt` is surely still retained now (see RETAINED_MARGIN_MS). */
+  #surelyRetained(storedAt: number, now: number): boolean {
+    const bounds = this.#namespace.config.bounds;
+    return storedAt + bounds.retentionMs - Math.max(RETAINED_MARGIN_MS, bounds.operationTimeoutMs) > now;
   }
 
   /**
    * Reads what a claim may lease: the retained work after the cursor (up to
    * `wanted` records, reading at most 512 from the stream), and the records
    * of eligible retries. Fresh work comes first from what earlier claims
-   * read ahead; the stream is read for the rest, `wanted` records and a
-   * little more, paging on (in doubling pages) only while events are
-   * skipped; the work read beyond `wanted` is kept for the next claims.
+   * read ahead; the stream is read for the rest, `wanted` records and as
+   * many more, paging on (in doubling pages) only while events are skipped;
+   * the work read beyond `wanted` is kept for the next claims.
+   *
+   * The lane's range (a STREAM.INFO) is asked for only when the read-ahead
+   * cannot answer: when the claims want more than it holds, or when its
+   * records are too close to the end of their retention to prove that no
+   * unclaimed work after the cursor has left (a gap is lane_cursor).
    */
-  async #candidates(
-    draft: LedgerDraft,
-    wanted: number,
-    range: { firstRetained: number; last: number },
-    settling: number,
-    signal?: AbortSignal,
-  ): Promise<ClaimCandidates> {
-    const stream = this.namespace.streams.get(this.lane)!;
-    const { firstRetained, last } = range;
+  async #candidates(draft: LedgerDraft, wanted: number, settling: number, signal: AbortSignal | undefined, rangeOf: () => Promise<LaneRange>): Promise<ClaimCandidates> {
+    const stream = this.#namespace.streams.get(this.#lane)!;
+    const now = draft.now;
     // As many as before the read-ahead (one scan of 512 records could offer no more), however many the claims want.
     const want = Math.min(Math.max(wanted, 1), SCAN_LIMIT);
     const fresh: number[] = [];
     let examinedThrough = draft.cursor;
-    const start = Math.max(draft.cursor + 1, firstRetained || 1);
-    if (start <= last && firstRetained > 0 && draft.cursor + 1 >= firstRetained) {
-      // Here start is cursor + 1: every sequence from it on is retained (records leave only from the front).
-      let next = start;
-      const ahead = this.#ahead;
-      if (ahead !== undefined && ahead.from <= start && start <= ahead.through) {
-        // What lies behind the cursor is of no use any more.
-        const behind = ahead.work.findIndex((s) => s >= start);
-        ahead.work.splice(0, behind < 0 ? ahead.work.length : behind);
-        ahead.from = start;
-        let through = Math.min(ahead.through, last);
-        for (const sequence of ahead.work) {
-          if (sequence > through) break;
-          const envelope = this.#records.get(sequence);
-          if (envelope === undefined) {
-            // Evicted from the record cache: read again from it.
-            through = sequence - 1;
-            break;
-          }
-          // Refreshed, so that the records read below cannot evict it before it is leased.
-          this.#remember(sequence, envelope);
-          fresh.push(sequence);
-          if (fresh.length >= want) {
-            through = sequence;
-            break;
-          }
+    const start = draft.cursor + 1;
+    let next = start;
+    let range: LaneRange | undefined;
+    const ahead = this.#ahead;
+    // Every record from the read-ahead's start on was read; while the oldest is surely retained, so is every later one (records leave only from the front).
+    const aheadRetained = ahead !== undefined && ahead.from <= start && start <= ahead.through + 1 && this.#surelyRetained(ahead.oldestStoredAt, now);
+    if (!aheadRetained) range = await rangeOf();
+    if (ahead !== undefined && ahead.from <= start && start <= ahead.through && (aheadRetained || start >= range!.firstRetained)) {
+      // What lies behind the cursor is of no use any more.
+      const behind = ahead.work.findIndex((s) => s >= start);
+      ahead.work.splice(0, behind < 0 ? ahead.work.length : behind);
+      ahead.from = start;
+      let through = range === undefined ? ahead.through : Math.min(ahead.through, range.last);
+      for (const sequence of ahead.work) {
+        if (sequence > through) break;
+        const cached = this.#records.get(sequence);
+        if (cached === undefined) {
+          // Evicted from the record cache: read again from it.
+          through = sequence - 1;
+          break;
         }
-        if (through >= next) {
-          examinedThrough = through;
-          next = through + 1;
+        // Refreshed, so that the records read below cannot evict it before it is leased.
+        this.#cacheRecord(sequence, cached);
+        fresh.push(sequence);
+        if (fresh.length >= want) {
+          through = sequence;
+          break;
         }
       }
+      if (through >= next) {
+        examinedThrough = through;
+        next = through + 1;
+      }
+    }
+    if (fresh.length < want) {
+      // More is wanted than was read ahead: how far the lane goes, and where it starts.
+      range ??= await rangeOf();
+      const { firstRetained, last } = range;
       let budget = SCAN_LIMIT;
       let page = 0;
-      while (fresh.length < want && next <= last && budget > 0) {
+      while (next >= firstRetained && fresh.length < want && next <= last && budget > 0) {
         // Each page after the first doubles, so that a run of events costs few reads.
-        page = Math.max(want - fresh.length + READ_AHEAD, page * 2);
+        page = Math.max(want - fresh.length + this.#readAheadFor(want, now), page * 2);
         const count = Math.min(last - next + 1, budget, page);
         budget -= count;
-        const records = await this.store.readFrom(stream, next, count, signal);
+        const records = await this.#store.readFrom(stream, next, count, signal);
         const from = next;
         const work: number[] = [];
         let stop = false;
@@ -595,13 +1038,13 @@ class GroupActor {
           }
           next += 1;
           if (envelope.kind === "work") {
-            this.#remember(record.sequence, envelope);
+            this.#cacheRecord(record.sequence, { envelope, storedAt: record.storedAt });
             work.push(record.sequence);
             if (needed) fresh.push(record.sequence);
           }
           if (needed) examinedThrough = record.sequence;
         }
-        this.#readAhead(from, next - 1, work);
+        this.#readAhead(from, next - 1, work, records[0]?.storedAt ?? now);
         // A short read (a gap, or records not yet readable) ends the scan: what came is what it examined.
         if (stop || records.length < count) break;
       }
@@ -613,35 +1056,42 @@ class GroupActor {
     }
     const retained = new Set<number>();
     // The retries a claim may pick, in the order its rotation picks them.
-    const eligible = draft.eligibleRetries().sort((x, y) => x.s - y.s);
-    const pivot = eligible.findIndex((d) => d.s > draft.rotation);
+    const eligible = draft.deliveries.filter((d) => isEligible(d, now));
+    const pivot = eligible.findIndex((d) => d.sequence > draft.rotation);
     const rotated = pivot <= 0 ? eligible : [...eligible.slice(pivot), ...eligible.slice(0, pivot)];
     // Operations applied before the claims in this batch (a nack of an
     // expired lease, an ack, a retirement) can each make one of these
     // ineligible, moving the claims further along the rotation.
     for (const delivery of rotated.slice(0, Math.max(wanted, 1) + settling)) {
-      // Records leave only by age, from the front: below the first retained
-      // sequence a record is gone, even when this process still remembers it.
-      if (firstRetained === 0 || delivery.s < firstRetained) continue;
-      const cached = this.#records.get(delivery.s);
-      if (cached !== undefined) {
+      const cached = this.#records.get(delivery.sequence);
+      if (cached !== undefined && this.#surelyRetained(cached.storedAt, now)) {
         // Refreshed, so that remembering the records read below cannot evict it before it is leased.
-        this.#remember(delivery.s, cached);
-        retained.add(delivery.s);
+        this.#cacheRecord(delivery.sequence, cached);
+        retained.add(delivery.sequence);
         continue;
       }
-      const record = await this.store.bySequence(stream, delivery.s, signal);
+      // Records leave only by age, from the front: below the first retained
+      // sequence a record is gone, even when this process still remembers it.
+      range ??= await rangeOf();
+      if (delivery.sequence < range.firstRetained) continue;
+      if (cached !== undefined) {
+        this.#cacheRecord(delivery.sequence, cached);
+        retained.add(delivery.sequence);
+        continue;
+      }
+      const record = await this.#store.bySequence(stream, delivery.sequence, signal);
       const envelope = record ? decodeEnvelope(record.data) : undefined;
       if (envelope !== undefined) {
-        this.#remember(delivery.s, envelope);
-        retained.add(delivery.s);
+        this.#cacheRecord(delivery.sequence, { envelope, storedAt: record!.storedAt });
+        retained.add(delivery.sequence);
       }
     }
-    return { fresh, freshComplete: examinedThrough >= last, firstRetained, lastSequence: last, retained: (s) => retained.has(s) };
+    // Without the range, the read-ahead proved that nothing after the cursor left retention.
+    return { fresh, firstRetained: range?.firstRetained ?? start, lastSequence: range?.last ?? examinedThrough, retained: (s) => retained.has(s) };
   }
 
   /** Records that sequences `from` through `through` were read, contiguously, with the work among them. */
-  #readAhead(from: number, through: number, work: number[]): void {
+  #readAhead(from: number, through: number, work: number[], storedAt: number): void {
     if (through < from) return;
     const ahead = this.#ahead;
     if (ahead !== undefined && ahead.from <= from && from <= ahead.through + 1) {
@@ -651,7 +1101,7 @@ class GroupActor {
       ahead.work.push(...work);
       ahead.through = through;
     } else {
-      this.#ahead = { from, through, work };
+      this.#ahead = { from, through, work, oldestStoredAt: storedAt };
     }
     const current = this.#ahead!;
     // The record cache cannot hold more work than this: end the read-ahead before the rest.
@@ -661,10 +1111,10 @@ class GroupActor {
     }
   }
 
-  #remember(sequence: number, envelope: Envelope): void {
+  #cacheRecord(sequence: number, record: CachedRecord): void {
     // The map's order is its recency: the oldest entry is evicted first.
     this.#records.delete(sequence);
-    this.#records.set(sequence, envelope);
+    this.#records.set(sequence, record);
     if (this.#records.size > RECORD_CACHE) {
       const oldest = this.#records.keys().next().value;
       if (oldest !== undefined) this.#records.delete(oldest);
@@ -672,34 +1122,51 @@ class GroupActor {
   }
 
   async inspect(bounds: LaneBounds, signal?: AbortSignal): Promise<GroupInspection> {
-    const stream = this.namespace.streams.get(this.lane)!;
-    const [state, range] = await Promise.all([this.#load(signal), this.store.range(stream, signal)]);
-    const firstRetained = range.first > 0 && range.first <= range.last ? range.first : 0;
-    const base = { lane: this.lane, group: this.group, firstRetained, lastSequence: range.last, maxLedger: bounds.maxLedger };
+    const [state, range] = await Promise.all([this.#load(signal), this.#range(signal)]);
+    const { firstRetained, last } = range;
+    const base = { lane: this.#lane, group: this.#group, firstRetained, lastSequence: last, maxLedger: bounds.maxLedger };
     if (state === undefined) {
-      return { ...base, revision: 0, cursor: 0, missingThrough: 0, slots: 0, liveLeases: 0, recoveries: 0, recoveryHistory: [], deliveries: [] };
+      return {
+        ...base,
+        revision: 0,
+        cursor: 0,
+        missingThrough: 0,
+        slots: 0,
+        liveLeases: 0,
+        recoveries: 0,
+        recoveryHistory: [],
+        deliveries: [],
+        completions: [],
+        historyBytes: 0,
+        historyBudget: 0,
+      };
     }
-    const now = this.now();
-    const draft = new LedgerDraft(state.ledger, bounds, now);
+    const draft = this.#draftOf(state.ledger, bounds);
+    const now = draft.now;
     return {
       ...base,
       revision: state.revision,
       cursor: state.ledger.cursor,
-      missingThrough: state.ledger.missing,
+      missingThrough: state.ledger.missingThrough,
       slots: state.ledger.slots,
       liveLeases: draft.liveLeases(),
       recoveries: draft.recoveries.length,
-      recoveryHistory: [...draft.recoveries].sort((a, b) => a.at - b.at).map(resultOf),
+      recoveryHistory: [...draft.recoveries].sort((a, b) => a.recordedAt - b.recordedAt).map(resultOf),
       deliveries: draft.deliveries.map((d) => ({
-        sequence: d.s,
-        project: d.p,
-        attempt: d.a,
-        state: d.st === "acked" ? "acked" : d.st === "retry" ? ((d.ra ?? 0) <= now ? "released" : "retry_scheduled") : (d.le ?? 0) <= now ? "released" : "leased",
-        ...(d.st === "leased" ? { leaseExpiresAt: d.le! } : {}),
-        ...(d.st === "retry" ? { retryAt: d.ra! } : {}),
-        ...(d.st === "acked" ? { ackedAt: d.aa! } : {}),
-        retained: firstRetained > 0 && d.s >= firstRetained,
+        sequence: d.sequence,
+        project: d.holder,
+        attempt: d.attempt,
+        state: inspectedState(d, now),
+        ...(d.status === "leased" ? { leaseExpiresAt: d.dueAt } : { retryAt: d.dueAt }),
+        retained: d.sequence >= firstRetained && d.sequence <= last,
       })),
+      completions: draft.history.buckets.map((b) => {
+        const ranges: { first: number; last: number }[] = [];
+        for (let i = 0; i < b.ranges.length; i += 2) ranges.push({ first: b.ranges[i]!, last: b.ranges[i + 1]! });
+        return { firstAckedAt: b.firstAt, lastAckedAt: b.lastAt, completed: b.completed, ranges, retried: b.retried.map((sequence, i) => ({ sequence, attempt: b.attempts[i]! })) };
+      }),
+      historyBytes: draft.historyBytes(),
+      historyBudget: historyBudget(draft.slots),
     };
   }
 }
@@ -719,11 +1186,7 @@ function settleUninitialized(op: Operation): void {
     case "renew":
     case "ack":
     case "nack":
-      op.settle.resolve(
-        op.items.map((item) => ({
-          error: new LaneError("lane_stale", `the receipt does not own delivery ${item.sequence} of this group (its lease was reassigned, completed, released or retired, or it belongs to another project or group)`),
-        })),
-      );
+      op.settle.resolve(op.items.map((item) => ({ error: stale(item.sequence) })));
       return;
     case "recover":
       op.settle.reject(new LaneError("lane_conflict", "this group has no ledger yet (revision 0): there is nothing to recover"));
@@ -736,32 +1199,13 @@ function settleUninitialized(op: Operation): void {
 function resultOf(record: RecoveryRecord): RecoveryResult {
   return {
     id: record.id,
-    project: record.p,
-    cursorThrough: record.ct,
-    missingThrough: record.mt,
-    expirations: record.x.map((x) => ({ project: x.p, sequence: x.s, attempt: x.a })),
-    revision: record.rev,
-    recordedAt: record.at,
+    project: record.recoverer,
+    cursorThrough: record.cursorThrough,
+    missingThrough: record.missingThrough,
+    expirations: record.expirations.map((x) => ({ project: x.project, sequence: x.sequence, attempt: x.attempt })),
+    revision: record.revision,
+    recordedAt: record.recordedAt,
   };
-}
-
-type Snapshot = Pick<LedgerDraft, "cursor" | "rotation" | "turn" | "missing" | "slots" | "deliveries" | "recoveries" | "changed">;
-
-function snapshotOf(draft: LedgerDraft): Snapshot {
-  return {
-    cursor: draft.cursor,
-    rotation: draft.rotation,
-    turn: draft.turn,
-    missing: draft.missing,
-    slots: draft.slots,
-    deliveries: [...draft.deliveries],
-    recoveries: [...draft.recoveries],
-    changed: draft.changed,
-  };
-}
-
-function restore(draft: LedgerDraft, snapshot: Snapshot): void {
-  Object.assign(draft, snapshot);
 }
 
 function anySignal(signals: (AbortSignal | undefined)[]): AbortSignal | undefined {

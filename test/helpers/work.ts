@@ -95,14 +95,40 @@ export async function inspectGroup(client: LaneClient, lane: string, group: stri
   return (await client.inspectGroup({ lane, group })).group!;
 }
 
-/** A delivery of an inspection by sequence (undefined when the ledger does not track it). */
+/** An unfinished delivery of an inspection by sequence (undefined when it is completed, retired or was never leased). */
 export function deliveryOf(group: GroupState, sequence: bigint): Delivery | undefined {
   return group.deliveries.find((d) => d.sequence === sequence);
 }
 
-/** A compact view of a group's deliveries: sequence → [project, attempt, state name]. */
+/** A compact view of a group's unfinished deliveries: [sequence, project, attempt, state name]. */
 export function deliveriesView(group: GroupState): [number, string, number, string][] {
   return group.deliveries.map((d) => [Number(d.sequence), d.project, d.attempt, DeliveryState[d.state]]);
+}
+
+/**
+ * The completion of a work record's sequence in the group's completion
+ * history: its attempt and its bucket's last acknowledgement time (what a
+ * duplicate ack answers), or undefined when the history does not hold it.
+ * (A range also covers the events the completed work passed: ask only about
+ * work records.)
+ */
+export function completionOf(group: GroupState, sequence: bigint): { attempt: number; lastAckedAt: number } | undefined {
+  for (const bucket of group.completions) {
+    if (!bucket.ranges.some((r) => r.first <= sequence && sequence <= r.last)) continue;
+    const retried = bucket.retried.find((r) => r.sequence === sequence);
+    return { attempt: retried?.attempt ?? 1, lastAckedAt: timestampMs(bucket.lastAckedAt!) };
+  }
+  return undefined;
+}
+
+/** Where a work record stands in a group: its unfinished delivery's state, ACKED once completed, undefined otherwise. */
+export function stateOf(group: GroupState, sequence: bigint): DeliveryState | undefined {
+  return deliveryOf(group, sequence)?.state ?? (completionOf(group, sequence) === undefined ? undefined : DeliveryState.ACKED);
+}
+
+/** How many deliveries the group's completion history holds (within ack_retention). */
+export function completedCount(group: GroupState): number {
+  return group.completions.reduce((n, b) => n + Number(b.completed), 0);
 }
 
 /** Waits until `sequence` is eligible again (its lease ended or its retry is due), per inspection. */

@@ -9,7 +9,7 @@ import { collectLines, repoRoot, startLanewayInProcess, type InProcessLaneway } 
 import { jsonPayload, type LaneClient } from "../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
-import { deliveriesView, inspectGroup, publishWork } from "../helpers/work.js";
+import { completionOf, deliveriesView, inspectGroup, publishWork, stateOf } from "../helpers/work.js";
 
 /**
  * `laneway lanes claim | claim-batch | renew | ack | nack | inspect |
@@ -87,7 +87,9 @@ test("claim prints the work and its receipt; ack reads the receipt from LANEWAY_
   expect(inspected.code).toBe(0);
   expect(inspected.stdout).not.toContain(work.receipt);
   const group = JSON.parse(inspected.stdout).group;
-  expect(group.deliveries).toEqual([{ sequence: work.record.sequence, project: "beacon", attempt: 1, state: "DELIVERY_STATE_ACKED", ackedAt: first.ackedAt, retained: true }]);
+  // Completed: no longer an unfinished delivery, but in the completion history.
+  expect(group.deliveries).toBeUndefined();
+  expect(group.completions).toEqual([{ firstAckedAt: first.ackedAt, lastAckedAt: first.ackedAt, completed: "1", ranges: [{ first: "1", last: work.record.sequence }] }]);
   expect(group.slots).toBe(1);
   // Nothing left: an empty answer.
   expect(JSON.parse((await cli(["lanes", "claim", "jobs", "workers"])).stdout)).toEqual({});
@@ -114,10 +116,8 @@ test("claim-batch, renew and nack from the command line; a stale receipt fails w
   expect(missing.stderr).toContain("LANEWAY_RECEIPT");
   expect((await cli(["lanes", "ack", "jobs", "workers", "--sequence", three!.record.sequence], { LANEWAY_RECEIPT: three!.receipt })).code).toBe(0);
   const g = await inspectGroup(beacon, "jobs", "workers");
-  expect(deliveriesView(g).slice(1)).toEqual([
-    [Number(two!.record.sequence), "beacon", 1, "RETRY_SCHEDULED"],
-    [Number(three!.record.sequence), "beacon", 1, "ACKED"],
-  ]);
+  expect(deliveriesView(g)).toEqual([[Number(two!.record.sequence), "beacon", 1, "RETRY_SCHEDULED"]]);
+  expect(completionOf(g, BigInt(three!.record.sequence))?.attempt).toBe(1);
 });
 
 test("recover from the command line records a recovery at the inspected revision and cursor; a wrong cursor is lane_invalid, a malformed --expired a usage error, a non-recoverer forbidden", async () => {
@@ -163,7 +163,7 @@ test("`lanes work` (the installed command) runs the command per accepted record 
     await waitFor(
       async () => {
         const g = await inspectGroup(beacon, "tasks", "runners");
-        const state = (id: string) => g.deliveries.find((d) => d.sequence === sequenceOf.get(id))?.state;
+        const state = (id: string) => stateOf(g, sequenceOf.get(id)!);
         return (
           state("ok-one") === DeliveryState.ACKED &&
           state("ok-two") === DeliveryState.ACKED &&

@@ -13,12 +13,16 @@ import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, recei
  * - a group that never claimed has no ledger: inspection shows revision 0
  *   and 0 slots; receipts are stale there, a recovery has nothing to
  *   recover, and none of this creates the ledger;
- * - a ledger written in another state format (an incompatible older
- *   writer) is refused with lane_conflict, by every operation, and left as
- *   it is; a ledger that is not readable at all is lane_unavailable;
+ * - a ledger written in another state format (the JSON ledger of state
+ *   format 3, as an older Laneway wrote it) is refused with lane_conflict
+ *   naming the format, by every operation, and left as it is; a ledger that
+ *   is not readable at all is lane_unavailable;
  * - a claim that finds only events after the cursor moves the cursor past
  *   them, so that events leaving retention (2 s here) are no gap of this
- *   group: no lane_cursor for records that were never work.
+ *   group: no lane_cursor for records that were never work;
+ * - a group whose configuration names no recoverer can never pass a gap:
+ *   startup warns about each such group, and its claims' lane_cursor says
+ *   what the operator can do.
  */
 
 const config = {
@@ -38,7 +42,10 @@ const config = {
 const shortConfig = {
   ...config,
   namespace: "edges-short",
-  lanes: [{ id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } }],
+  lanes: [
+    { id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } },
+    { id: "orphan", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } },
+  ],
   retention: "2s",
   duplicate_window: "1s",
 };
@@ -86,12 +93,13 @@ test("a group that never claimed: inspection shows revision 0 and no slots, rece
   expect((await inspectGroup(beacon, "fresh", "idle")).slots).toBe(1);
 });
 
-test("a ledger in an older state format is refused with lane_conflict by every operation and left unchanged; an unreadable one is lane_unavailable", async () => {
+test("a ledger in state format 3 is refused with lane_conflict naming the format by every operation and left unchanged; an unreadable one is lane_unavailable", async () => {
   const [record] = await publishWork(atlas, "older", ["older-1"]);
   // Laneway knows the group first (its ledger is cached), then an older writer replaces the value.
   const work = (await claimOne(beacon, "older", "g"))!;
   expect(work.record!.sequence).toBe(record!.sequence);
-  const older = JSON.stringify({ f: 2, cursor: 1, d: [] });
+  // What a Laneway of state format 3 stored: a JSON ledger with one-letter keys.
+  const older = JSON.stringify({ f: 3, cursor: 1, rotation: 0, turn: "retry", missing: 0, slots: 1, d: [{ s: 1, p: "beacon", a: 1, st: "leased", le: Date.now() + 30_000, r: "x".repeat(43) }], rec: [] });
   await putLedgerValue(nats.url, "edges", "older", "g", older);
   const where = { lane: "older", group: "g" };
   await publishWork(atlas, "older", ["older-2"]);
@@ -102,7 +110,7 @@ test("a ledger in an older state format is refused with lane_conflict by every o
     () => beacon.recoverGroup({ ...where, id: "against-older", revision: 1n, cursorThrough: 1n }),
   ]) {
     const error = await expectLaneError(call, Code.Aborted, "lane_conflict");
-    expect(error.rawMessage).toContain("state format 2");
+    expect(error.rawMessage).toContain("a group ledger was written in state format 3; this Laneway reads format 4");
     expect(error.rawMessage).not.toContain(work.receipt);
     expect(error.rawMessage).not.toContain(nats.url.replace("nats://", ""));
   }
@@ -132,10 +140,36 @@ test("a claim that finds only events after the cursor moves past them: once thos
   expect((await worker.claim(where)).work).toBeUndefined();
   const passed = await inspectGroup(worker, "mixed", "g");
   expect([passed.cursor, passed.lastSequence]).toEqual([lastEvent, lastEvent]);
-  // Everything leaves retention; the group has no gap.
-  await waitFor(async () => (await inspectGroup(worker, "mixed", "g")).firstRetained === 0n, { timeoutMs: 30_000, intervalMs: 200, what: "the lane's records to expire" });
+  // Everything leaves retention (the first retained is then the next sequence); the group has no gap.
+  const expired = await waitFor(
+    async () => {
+      const g = await inspectGroup(worker, "mixed", "g");
+      return g.firstRetained > lastEvent ? g : undefined;
+    },
+    { timeoutMs: 30_000, intervalMs: 200, what: "the lane's records to expire" },
+  );
+  expect([expired.firstRetained, expired.lastSequence]).toEqual([lastEvent + 1n, lastEvent]);
   expect((await worker.claim(where)).work).toBeUndefined();
   const [later] = await publishWork(publisher, "mixed", ["mixed-work-2"]);
   const next = (await claimOne(worker, "mixed", "g"))!;
   expect([next.record!.sequence, next.attempt]).toEqual([later!.sequence, 1]);
+});
+
+test("a group whose configuration names no recoverer: startup warns about it (and only such groups), and once its work left retention unclaimed, claims say nobody may recover it and what the operator can do", async () => {
+  const warned = (logs: readonly string[]) =>
+    logs
+      .map((line) => JSON.parse(line) as { level: string; msg: string; lane?: string; group?: string })
+      .filter((l) => l.level === "warn" && l.msg.includes("has no recoverer"))
+      .map((l) => `${l.lane}/${l.group}`);
+  expect(warned(laneway.logs)).toEqual(["garbled/g"]);
+  expect(warned(short.logs).sort()).toEqual(["mixed/g", "orphan/g"]);
+
+  const publisher = short.clients.client(LaneService, { token: laneway.tokens.atlas });
+  const worker = short.clients.client(LaneService, { token: laneway.tokens.beacon });
+  expect((await worker.claim({ lane: "orphan", group: "g" })).work).toBeUndefined();
+  const [lost] = await publishWork(publisher, "orphan", ["orphan-1"]);
+  await waitFor(async () => (await inspectGroup(worker, "orphan", "g")).firstRetained > lost!.sequence, { timeoutMs: 30_000, intervalMs: 200, what: "the orphan's work to expire" });
+  const error = await expectLaneError(() => worker.claim({ lane: "orphan", group: "g" }), Code.Aborted, "lane_cursor");
+  expect(error.rawMessage).toContain("its configuration names no recoverer");
+  expect(error.rawMessage).toContain("provision a namespace generation whose configuration names a recoverer");
 });

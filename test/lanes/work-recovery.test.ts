@@ -6,7 +6,7 @@ import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "..
 import { expectLaneError, newToken, type LaneClient } from "../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, deliveriesView, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser } from "../helpers/work.js";
+import { claimOne, completionOf, deliveriesView, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser } from "../helpers/work.js";
 
 /**
  * Explicit same-namespace group recovery, on a namespace whose records are
@@ -88,7 +88,7 @@ async function waitExpired(client: LaneClient, lane: string, group: string, sequ
   return waitFor(
     async () => {
       const g = await inspectGroup(client, lane, group);
-      if (g.firstRetained !== 0n && g.firstRetained <= sequence) return undefined;
+      if (g.firstRetained <= sequence) return undefined;
       const live = leased.some((s) => deliveryOf(g, s)?.state === DeliveryState.LEASED);
       return live ? undefined : g;
     },
@@ -167,14 +167,16 @@ describe("retiring expired deliveries", () => {
     const first = await publishWork(atlas, "gap", ["gap-1", "gap-2", "gap-3"]);
     const last = first[2]!.sequence;
     const empty = await waitExpired(beacon, "gap", "gappers", last);
-    expect([empty.cursor, empty.firstRetained, empty.lastSequence]).toEqual([0n, 0n, last]);
+    // The lane retains nothing: its first retained sequence is the next one.
+    expect([empty.cursor, empty.firstRetained, empty.lastSequence]).toEqual([0n, last + 1n, last]);
     await expectLaneError(() => beacon.claim({ lane: "gap", group: "gappers" }), Code.Aborted, "lane_cursor");
-    // Nothing is retained: the boundary is the last sequence.
-    await expectLaneError(
+    // Nothing is retained: the boundary is first_retained - 1, the last sequence, and the refusal says so.
+    const short = await expectLaneError(
       () => beacon.recoverGroup({ lane: "gap", group: "gappers", id: "gap-short", revision: empty.revision, cursorThrough: last - 1n }),
       Code.InvalidArgument,
       "lane_invalid",
     );
+    expect(short.rawMessage).toContain(`cursor_through must be ${last}, the expired prefix boundary (first_retained ${last + 1n} - 1)`);
     const accepted = await beacon.recoverGroup({ lane: "gap", group: "gappers", id: "gap-all", revision: empty.revision, cursorThrough: last });
     expect(resultView(accepted.result)).toMatchObject({ cursorThrough: last, missingThrough: last, expirations: [] });
     expect(await claimOne(beacon, "gap", "gappers")).toBeUndefined();
@@ -220,18 +222,18 @@ describe("retiring expired deliveries", () => {
       async () => {
         await renew();
         const g = await inspectGroup(beacon, "keep", "keepers");
-        return g.firstRetained === 0n && deliveryOf(g, k3)!.state === DeliveryState.RELEASED ? g : undefined;
+        return g.firstRetained > k5 && deliveryOf(g, k3)!.state === DeliveryState.RELEASED ? g : undefined;
       },
       { timeoutMs: 60_000, intervalMs: 200, what: "the keep lane to expire" },
     );
     await renew();
     const g = await inspectGroup(beacon, "keep", "keepers");
     expect(deliveriesView(g)).toEqual([
-      [Number(k1), "beacon", 1, "ACKED"],
       [Number(k2), "beacon", 1, "LEASED"],
       [Number(k3), "beacon", 1, "RELEASED"],
       [Number(k4), "atlas", 1, "RELEASED"],
     ]);
+    expect(completionOf(g, k1)).toEqual({ attempt: 1, lastAckedAt: ackedAt });
     const base = { lane: "keep", group: "keepers", revision: g.revision, cursorThrough: k5 };
     const refused: [string, () => Promise<unknown>, Code, string][] = [
       ["live lease", () => beacon.recoverGroup({ ...base, id: "keep-live", missing: [k2] }), Code.InvalidArgument, "lane_invalid"],
@@ -272,7 +274,7 @@ describe("retiring expired deliveries", () => {
         ["atlas", k4, 1],
       ],
     });
-    // The live lease still renews and acks; the history still answers duplicates.
+    // The live lease still renews and acks; the history still answers duplicates (with its bucket's last acknowledgement: no other ack since).
     expect(timestampMs((await renew()).leaseExpiresAt!)).toBeGreaterThan(0);
     const repeat = await beacon.ack({ lane: "keep", group: "keepers", ...receiptOf(acked) });
     expect([repeat.duplicate, timestampMs(repeat.ackedAt!)]).toEqual([true, ackedAt]);
@@ -281,10 +283,8 @@ describe("retiring expired deliveries", () => {
     await expectLaneError(() => beacon.ack({ lane: "keep", group: "keepers", ...receiptOf(abandoned) }), Code.Aborted, "lane_stale");
     await expectLaneError(() => atlas.nack({ lane: "keep", group: "keepers", ...receiptOf(foreign) }), Code.Aborted, "lane_stale");
     const after = await inspectGroup(beacon, "keep", "keepers");
-    expect(deliveriesView(after)).toEqual([
-      [Number(k1), "beacon", 1, "ACKED"],
-      [Number(k2), "beacon", 1, "ACKED"],
-    ]);
+    expect(deliveriesView(after)).toEqual([]);
+    expect([k1, k2, k3, k4].map((s) => completionOf(after, s)?.attempt)).toEqual([1, 1, undefined, undefined]);
     expect(after.cursor).toBe(k5);
   });
 
@@ -301,10 +301,8 @@ describe("retiring expired deliveries", () => {
     // prefix-1 lies below the checkpoint but was not listed: still pending, still blocking.
     const between = await inspectGroup(beacon, "prefix", "prefixers");
     expect(between.missingThrough).toBe(p2!.sequence);
-    expect(deliveriesView(between)).toEqual([
-      [Number(p1!.sequence), "atlas", 1, "RELEASED"],
-      [Number(p3!.sequence), "beacon", 1, "ACKED"],
-    ]);
+    expect(deliveriesView(between)).toEqual([[Number(p1!.sequence), "atlas", 1, "RELEASED"]]);
+    expect(completionOf(between, p3!.sequence)?.attempt).toBe(1);
     await expectLaneError(() => beacon.claim({ lane: "prefix", group: "prefixers" }), Code.Aborted, "lane_cursor");
     const only1 = await beacon.recoverGroup({ lane: "prefix", group: "prefixers", id: "prefix-one", revision: between.revision, cursorThrough: between.cursor, missing: [p1!.sequence] });
     expect(resultView(only1.result)).toMatchObject({ missingThrough: p2!.sequence, expirations: [["atlas", p1!.sequence, 1]] });

@@ -72,10 +72,15 @@ async function requestSnapshot(token: string, id: string, payload = "{}"): Promi
   return published.record!.sequence;
 }
 
-/** The delivery of `sequence` in a group, as the group's member inspects it. */
+/** The delivery of `sequence` in a group, as the group's member inspects it: its unfinished state, or ACKED once the completion history holds it. */
 async function delivery(token: string, group: string, sequence: bigint) {
   const inspected = await lane(token).inspectGroup({ lane: LANE, group });
-  return inspected.group!.deliveries.find((d) => d.sequence === sequence);
+  const g = inspected.group!;
+  const unfinished = g.deliveries.find((d) => d.sequence === sequence);
+  if (unfinished !== undefined) return unfinished;
+  const completed = g.completions.some((b) => b.ranges.some((r) => r.first <= sequence && sequence <= r.last));
+  // The completion history keeps neither the holder nor (at attempt 1) the attempt.
+  return completed ? { sequence, project: "", state: DeliveryState.ACKED, attempt: 0 } : undefined;
 }
 
 /** Waits until the group nacked the delivery (a retry is scheduled, or it was claimed again). */

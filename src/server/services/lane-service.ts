@@ -22,6 +22,7 @@ import {
 import {
   LaneError,
   type LaneRecord,
+  type InspectedState,
   type LanesCore,
   type PublishOutcome,
   type RecordKind as CoreRecordKind,
@@ -170,22 +171,22 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async claim(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [work] = await lanes().claim(project, req.lane, req.group, 1, waitMs(req.wait), coreSignal(ctx, drain));
+      const [work] = await lanes().claim({ project, lane: req.lane, group: req.group, max: 1, waitMs: waitMs(req.wait) }, coreSignal(ctx, drain));
       return work === undefined ? {} : { work: workMessage(work) };
     },
     async claimBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const work = await lanes().claim(project, req.lane, req.group, req.maxRecords, waitMs(req.wait), coreSignal(ctx, drain));
+      const work = await lanes().claim({ project, lane: req.lane, group: req.group, max: req.maxRecords, waitMs: waitMs(req.wait) }, coreSignal(ctx, drain));
       return { work: work.map(workMessage) };
     },
     async renew(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().renew(project, req.lane, req.group, [receiptOf(req)], coreSignal(ctx));
+      const [outcome] = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
       return { leaseExpiresAt: timestampFromMs(okOf(outcome!).leaseExpiresAt) };
     },
     async renewBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().renew(project, req.lane, req.group, req.receipts.map(receiptOf), coreSignal(ctx));
+      const outcomes = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o ? { outcome: { case: "renewed" as const, value: { leaseExpiresAt: timestampFromMs(o.ok.leaseExpiresAt) } } } : { outcome: { case: "error" as const, value: receiptError(o.error) } },
@@ -194,13 +195,13 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async ack(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().ack(project, req.lane, req.group, [receiptOf(req)], coreSignal(ctx));
+      const [outcome] = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
       const acked = okOf(outcome!);
       return { ackedAt: timestampFromMs(acked.ackedAt), duplicate: acked.duplicate };
     },
     async ackBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().ack(project, req.lane, req.group, req.receipts.map(receiptOf), coreSignal(ctx));
+      const outcomes = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o
@@ -211,13 +212,13 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async nack(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().nack(project, req.lane, req.group, [receiptOf(req)], coreSignal(ctx));
+      const [outcome] = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
       const nacked = okOf(outcome!);
       return { retryAt: timestampFromMs(nacked.retryAt), attempt: nacked.attempt };
     },
     async nackBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().nack(project, req.lane, req.group, req.receipts.map(receiptOf), coreSignal(ctx));
+      const outcomes = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o
@@ -228,7 +229,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async inspectGroup(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const g = await lanes().inspect(project, req.lane, req.group, coreSignal(ctx));
+      const g = await lanes().inspect({ project, lane: req.lane, group: req.group }, coreSignal(ctx));
       return {
         group: {
           lane: g.lane,
@@ -250,9 +251,17 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
             state: deliveryStates[d.state],
             ...(d.leaseExpiresAt !== undefined ? { leaseExpiresAt: timestampFromMs(d.leaseExpiresAt) } : {}),
             ...(d.retryAt !== undefined ? { retryAt: timestampFromMs(d.retryAt) } : {}),
-            ...(d.ackedAt !== undefined ? { ackedAt: timestampFromMs(d.ackedAt) } : {}),
             retained: d.retained,
           })),
+          completions: g.completions.map((b) => ({
+            firstAckedAt: timestampFromMs(b.firstAckedAt),
+            lastAckedAt: timestampFromMs(b.lastAckedAt),
+            completed: BigInt(b.completed),
+            ranges: b.ranges.map((r) => ({ first: BigInt(r.first), last: BigInt(r.last) })),
+            retried: b.retried.map((r) => ({ sequence: BigInt(r.sequence), attempt: r.attempt })),
+          })),
+          historyBytes: g.historyBytes,
+          historyBudget: g.historyBudget,
         },
       };
     },
@@ -260,15 +269,15 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       const { project } = principalOf(ctx, "project");
       const result = await lanes().recover(
         {
-          id: req.id,
           project,
+          lane: req.lane,
+          group: req.group,
+          id: req.id,
           revision: safeNumber(req.revision),
           cursorThrough: safeNumber(req.cursorThrough),
           expired: req.expired.map((e) => ({ sequence: safeNumber(e.sequence), receipt: e.receipt })),
           missing: req.missing.map(safeNumber),
         },
-        req.lane,
-        req.group,
         coreSignal(ctx),
       );
       return { result: recoveryResultMessage(result) };
@@ -288,12 +297,11 @@ function recoveryResultMessage(result: RecoveryResult) {
   };
 }
 
-const deliveryStates = {
+const deliveryStates: Record<InspectedState, DeliveryState> = {
   leased: DeliveryState.LEASED,
   retry_scheduled: DeliveryState.RETRY_SCHEDULED,
   released: DeliveryState.RELEASED,
-  acked: DeliveryState.ACKED,
-} as const;
+};
 
 function waitMs(wait: Duration | undefined): number {
   return wait === undefined ? 0 : Number(wait.seconds) * 1_000 + Math.floor(wait.nanos / 1_000_000);

@@ -35,7 +35,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/lane/v1/lane_service.proto.
  */
 export const file_laneway_lane_v1_lane_service: GenFile = /*@__PURE__*/
-  fileDesc("CiJsYW5ld2F5L2xhbmUvdjEvbGFuZV9zZXJ2aWNlLnByb3RvEg9sYW5ld2F5LmxhbmUudjEi2QEKCkxhbmVSZWNvcmQSEAoIc2VxdWVuY2UYASABKAQSDAoEbGFuZRgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEgoKAmlkGAQgASgJEikKBGtpbmQYBSABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZBIOCgZzY2hlbWEYBiABKAkSDwoHcGF5bG9hZBgHIAEoDBISCgpwcm92ZW5hbmNlGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIuEDCgpMYW5lQm91bmRzEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGAIgASgNEhIKCm1heF9sZWRnZXIYAyABKA0SLgoLcmV0cnlfZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDWFja19yZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wYXlsb2FkGAggASgEEjQKEW9wZXJhdGlvbl90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKEGR1cGxpY2F0ZV93aW5kb3cYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X3JlY29yZHMYCyABKAQSEQoJbWF4X2J5dGVzGAwgASgEEhQKDGxlZGdlcl9ieXRlcxgNIAEoBCJ1CgpMYW5lQWNjZXNzEgwKBGxhbmUYASABKAkSDQoFb3duZXIYAiABKAkSDwoHcHVibGlzaBgDIAEoCBIRCglzdWJzY3JpYmUYBCABKAgSDgoGZ3JvdXBzGAUgAygJEhYKDnJlY292ZXJfZ3JvdXBzGAYgAygJIhQKEkdldFJlZ2lzdHJ5UmVxdWVzdCKSAQoTR2V0UmVnaXN0cnlSZXNwb25zZRIPCgdwcm9qZWN0GAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRIqCgVsYW5lcxgDIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lQWNjZXNzEisKBmJvdW5kcxgEIAEoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lQm91bmRzItoCCg5QdWJsaXNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESFQoCaWQYAiABKAlCCbpIBnIEiIgnARI1CgRraW5kGAMgASgOMhsubGFuZXdheS5sYW5lLnYxLlJlY29yZEtpbmRCCrpIB4IBBBABIAASGQoGc2NoZW1hGAQgASgJQgm6SAZyBIiIJwESGgoHcGF5bG9hZBgFIAEoDEIJukgGegQYgIBAEqkBCgpwcm92ZW5hbmNlGAYgASgJQpQBukiQAboBgQEKGXByb3ZlbmFuY2Uubm9fY3JlZGVudGlhbHMSLnByb3ZlbmFuY2UgbXVzdCBub3QgY29udGFpbiBpbmxpbmUgY3JlZGVudGlhbHMaNCF0aGlzLm1hdGNoZXMoJ15bQS1aYS16XVtBLVphLXowLTkrLi1dKjovL1teLz8jXSpAJynYAQFyBiiAEIgBASJRCg9QdWJsaXNoUmVzcG9uc2USKwoGcmVjb3JkGAEgASgLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVSZWNvcmQSEQoJZHVwbGljYXRlGAIgASgIImoKE1B1Ymxpc2hCYXRjaFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEjoKB3JlY29yZHMYAiADKAsyHC5sYW5ld2F5LmxhbmUudjEuQmF0Y2hSZWNvcmRCC7pICJIBBQgBEIABIr4CCgtCYXRjaFJlY29yZBIVCgJpZBgBIAEoCUIJukgGcgSIiCcBEjUKBGtpbmQYAiABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZEIKukgHggEEEAEgABIZCgZzY2hlbWEYAyABKAlCCbpIBnIEiIgnARIaCgdwYXlsb2FkGAQgASgMQgm6SAZ6BBiAgEASqQEKCnByb3ZlbmFuY2UYBSABKAlClAG6SJABugGBAQoZcHJvdmVuYW5jZS5ub19jcmVkZW50aWFscxIucHJvdmVuYW5jZSBtdXN0IG5vdCBjb250YWluIGlubGluZSBjcmVkZW50aWFscxo0IXRoaXMubWF0Y2hlcygnXltBLVphLXpdW0EtWmEtejAtOSsuLV0qOi8vW14vPyNdKkAnKdgBAXIGKIAQiAEBIkcKFFB1Ymxpc2hCYXRjaFJlc3BvbnNlEi8KB3Jlc3VsdHMYASADKAsyHi5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlc3VsdCKAAQoNUHVibGlzaFJlc3VsdBI1CglwdWJsaXNoZWQYASABKAsyIC5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlc3BvbnNlSAASLQoFZXJyb3IYAiABKAsyHC5sYW5ld2F5LmxhbmUudjEuUmVjb3JkRXJyb3JIAEIJCgdvdXRjb21lIjwKC1JlY29yZEVycm9yEgwKBGNvZGUYASABKAkSDgoGcmVhc29uGAIgASgJEg8KB21lc3NhZ2UYAyABKAkiVgoNUmVwbGF5UmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESDgoGY3Vyc29yGAIgASgEEhwKCm1heF9ldmVudHMYAyABKA1CCLpIBSoDGIABInwKDlJlcGxheVJlc3BvbnNlEisKBmV2ZW50cxgBIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg4KBmN1cnNvchgCIAEoBBIWCg5maXJzdF9yZXRhaW5lZBgDIAEoBBIVCg1sYXN0X3NlcXVlbmNlGAQgASgEIjgKDUZvbGxvd1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEg4KBmN1cnNvchgCIAEoBCJNCg5Gb2xsb3dSZXNwb25zZRIrCgZldmVudHMYASADKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIOCgZjdXJzb3IYAiABKAQieAoMQ2xhaW1SZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEjUKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CDLpICaoBBiICCDwyACI0Cg1DbGFpbVJlc3BvbnNlEiMKBHdvcmsYASABKAsyFS5sYW5ld2F5LmxhbmUudjEuV29yayKLAQoEV29yaxIrCgZyZWNvcmQYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIPCgdyZWNlaXB0GAIgASgJEg8KB2F0dGVtcHQYAyABKA0SNAoQbGVhc2VfZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAinQEKEUNsYWltQmF0Y2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEh4KC21heF9yZWNvcmRzGAMgASgNQgm6SAYqBBhAKAESNQoEd2FpdBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIMukgJqgEGIgIIPDIAIjkKEkNsYWltQmF0Y2hSZXNwb25zZRIjCgR3b3JrGAEgAygLMhUubGFuZXdheS5sYW5lLnYxLldvcmsiSAoPRGVsaXZlcnlSZWNlaXB0EhkKCHNlcXVlbmNlGAEgASgEQge6SAQyAiAAEhoKB3JlY2VpcHQYAiABKAlCCbpIBnIEoIgnASI9CgxSZWNlaXB0RXJyb3ISDAoEY29kZRgBIAEoCRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSKGAQoRUmVuZXdCYXRjaFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESPgoIcmVjZWlwdHMYAyADKAsyIC5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnlSZWNlaXB0Qgq6SAeSAQQIARBAInsKC1JlbmV3UmVzdWx0EjEKB3JlbmV3ZWQYASABKAsyHi5sYW5ld2F5LmxhbmUudjEuUmVuZXdSZXNwb25zZUgAEi4KBWVycm9yGAIgASgLMh0ubGFuZXdheS5sYW5lLnYxLlJlY2VpcHRFcnJvckgAQgkKB291dGNvbWUiQwoSUmVuZXdCYXRjaFJlc3BvbnNlEi0KB3Jlc3VsdHMYASADKAsyHC5sYW5ld2F5LmxhbmUudjEuUmVuZXdSZXN1bHQihAEKD0Fja0JhdGNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARI+CghyZWNlaXB0cxgDIAMoCzIgLmxhbmV3YXkubGFuZS52MS5EZWxpdmVyeVJlY2VpcHRCCrpIB5IBBAgBEEAidQoJQWNrUmVzdWx0Ei0KBWFja2VkGAEgASgLMhwubGFuZXdheS5sYW5lLnYxLkFja1Jlc3BvbnNlSAASLgoFZXJyb3IYAiABKAsyHS5sYW5ld2F5LmxhbmUudjEuUmVjZWlwdEVycm9ySABCCQoHb3V0Y29tZSI/ChBBY2tCYXRjaFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5sYW5ld2F5LmxhbmUudjEuQWNrUmVzdWx0IoUBChBOYWNrQmF0Y2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEj4KCHJlY2VpcHRzGAMgAygLMiAubGFuZXdheS5sYW5lLnYxLkRlbGl2ZXJ5UmVjZWlwdEIKukgHkgEECAEQQCJ4CgpOYWNrUmVzdWx0Ei8KBm5hY2tlZBgBIAEoCzIdLmxhbmV3YXkubGFuZS52MS5OYWNrUmVzcG9uc2VIABIuCgVlcnJvchgCIAEoCzIdLmxhbmV3YXkubGFuZS52MS5SZWNlaXB0RXJyb3JIAEIJCgdvdXRjb21lIkEKEU5hY2tCYXRjaFJlc3BvbnNlEiwKB3Jlc3VsdHMYASADKAsyGy5sYW5ld2F5LmxhbmUudjEuTmFja1Jlc3VsdCJ4CgxSZW5ld1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESGQoIc2VxdWVuY2UYAyABKARCB7pIBDICIAASGgoHcmVjZWlwdBgEIAEoCUIJukgGcgSgiCcBIkUKDVJlbmV3UmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidgoKQWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTgoLQWNrUmVzcG9uc2USLAoIYWNrZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWR1cGxpY2F0ZRgCIAEoCCJ3CgtOYWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTQoMTmFja1Jlc3BvbnNlEiwKCHJldHJ5X2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhdHRlbXB0GAIgASgNIkgKE0luc3BlY3RHcm91cFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwEiQgoUSW5zcGVjdEdyb3VwUmVzcG9uc2USKgoFZ3JvdXAYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuR3JvdXBTdGF0ZSLJAgoKR3JvdXBTdGF0ZRIMCgRsYW5lGAEgASgJEg0KBWdyb3VwGAIgASgJEhAKCHJldmlzaW9uGAMgASgEEg4KBmN1cnNvchgEIAEoBBIWCg5maXJzdF9yZXRhaW5lZBgFIAEoBBIVCg1sYXN0X3NlcXVlbmNlGAYgASgEEhcKD21pc3NpbmdfdGhyb3VnaBgHIAEoBBINCgVzbG90cxgIIAEoDRISCgptYXhfbGVkZ2VyGAkgASgNEhMKC2xpdmVfbGVhc2VzGAogASgNEi0KCmRlbGl2ZXJpZXMYCyADKAsyGS5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnkSEgoKcmVjb3ZlcmllcxgMIAEoDRI5ChByZWNvdmVyeV9oaXN0b3J5GA0gAygLMh8ubGFuZXdheS5sYW5lLnYxLlJlY292ZXJ5UmVzdWx0IpECCghEZWxpdmVyeRIQCghzZXF1ZW5jZRgBIAEoBBIPCgdwcm9qZWN0GAIgASgJEg8KB2F0dGVtcHQYAyABKA0SLQoFc3RhdGUYBCABKA4yHi5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnlTdGF0ZRI0ChBsZWFzZV9leHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghyZXRyeV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoIYWNrZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhAKCHJldGFpbmVkGAggASgIIkgKD0V4cGlyZWREZWxpdmVyeRIZCghzZXF1ZW5jZRgBIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAIgASgJQgm6SAZyBKCIJwEihAQKE1JlY292ZXJHcm91cFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESFQoCaWQYAyABKAlCCbpIBnIEiIgnARIZCghyZXZpc2lvbhgEIAEoBEIHukgEMgIgABIWCg5jdXJzb3JfdGhyb3VnaBgFIAEoBBI7CgdleHBpcmVkGAYgAygLMiAubGFuZXdheS5sYW5lLnYxLkV4cGlyZWREZWxpdmVyeUIIukgFkgECEBASHwoHbWlzc2luZxgHIAMoBEIOukgLkgEIEBAiBDICIAA6kQK6SI0CGoMBChJyZWNvdmVyLmF0X21vc3RfMTYSPmF0IG1vc3QgMTYgY29tYmluZWQgZXhwaXJlZCBhbmQgbWlzc2luZyBkZWxpdmVyaWVzIHBlciByZXF1ZXN0Gi1zaXplKHRoaXMuZXhwaXJlZCkgKyBzaXplKHRoaXMubWlzc2luZykgPD0gMTYahAEKGHJlY292ZXIudW5pcXVlX3NlcXVlbmNlcxItZXhwaXJlZCBhbmQgbWlzc2luZyBzZXF1ZW5jZXMgbXVzdCBub3QgcmVwZWF0GjkodGhpcy5leHBpcmVkLm1hcChlLCBlLnNlcXVlbmNlKSArIHRoaXMubWlzc2luZykudW5pcXVlKCkiRwoUUmVjb3Zlckdyb3VwUmVzcG9uc2USLwoGcmVzdWx0GAEgASgLMh8ubGFuZXdheS5sYW5lLnYxLlJlY292ZXJ5UmVzdWx0ItMBCg5SZWNvdmVyeVJlc3VsdBIKCgJpZBgBIAEoCRIPCgdwcm9qZWN0GAIgASgJEhYKDmN1cnNvcl90aHJvdWdoGAMgASgEEhcKD21pc3NpbmdfdGhyb3VnaBgEIAEoBBIwCgtleHBpcmF0aW9ucxgFIAMoCzIbLmxhbmV3YXkubGFuZS52MS5FeHBpcmF0aW9uEhAKCHJldmlzaW9uGAYgASgEEi8KC3JlY29yZGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJACgpFeHBpcmF0aW9uEg8KB3Byb2plY3QYASABKAkSEAoIc2VxdWVuY2UYAiABKAQSDwoHYXR0ZW1wdBgDIAEoDSpWCgpSZWNvcmRLaW5kEhsKF1JFQ09SRF9LSU5EX1VOU1BFQ0lGSUVEEAASFQoRUkVDT1JEX0tJTkRfRVZFTlQQARIUChBSRUNPUkRfS0lORF9XT1JLEAIqpQEKDURlbGl2ZXJ5U3RhdGUSHgoaREVMSVZFUllfU1RBVEVfVU5TUEVDSUZJRUQQABIZChVERUxJVkVSWV9TVEFURV9MRUFTRUQQARIiCh5ERUxJVkVSWV9TVEFURV9SRVRSWV9TQ0hFRFVMRUQQAhIbChdERUxJVkVSWV9TVEFURV9SRUxFQVNFRBADEhgKFERFTElWRVJZX1NUQVRFX0FDS0VEEAQyhQoKC0xhbmVTZXJ2aWNlEl0KC0dldFJlZ2lzdHJ5EiMubGFuZXdheS5sYW5lLnYxLkdldFJlZ2lzdHJ5UmVxdWVzdBokLmxhbmV3YXkubGFuZS52MS5HZXRSZWdpc3RyeVJlc3BvbnNlIgOQAgESUQoHUHVibGlzaBIfLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVxdWVzdBogLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoUmVzcG9uc2UiA5ACAhJgCgxQdWJsaXNoQmF0Y2gSJC5sYW5ld2F5LmxhbmUudjEuUHVibGlzaEJhdGNoUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoQmF0Y2hSZXNwb25zZSIDkAICEk4KBlJlcGxheRIeLmxhbmV3YXkubGFuZS52MS5SZXBsYXlSZXF1ZXN0Gh8ubGFuZXdheS5sYW5lLnYxLlJlcGxheVJlc3BvbnNlIgOQAgESUAoGRm9sbG93Eh4ubGFuZXdheS5sYW5lLnYxLkZvbGxvd1JlcXVlc3QaHy5sYW5ld2F5LmxhbmUudjEuRm9sbG93UmVzcG9uc2UiA5ACATABEkYKBUNsYWltEh0ubGFuZXdheS5sYW5lLnYxLkNsYWltUmVxdWVzdBoeLmxhbmV3YXkubGFuZS52MS5DbGFpbVJlc3BvbnNlElUKCkNsYWltQmF0Y2gSIi5sYW5ld2F5LmxhbmUudjEuQ2xhaW1CYXRjaFJlcXVlc3QaIy5sYW5ld2F5LmxhbmUudjEuQ2xhaW1CYXRjaFJlc3BvbnNlEkYKBVJlbmV3Eh0ubGFuZXdheS5sYW5lLnYxLlJlbmV3UmVxdWVzdBoeLmxhbmV3YXkubGFuZS52MS5SZW5ld1Jlc3BvbnNlEkUKA0FjaxIbLmxhbmV3YXkubGFuZS52MS5BY2tSZXF1ZXN0GhwubGFuZXdheS5sYW5lLnYxLkFja1Jlc3BvbnNlIgOQAgISSAoETmFjaxIcLmxhbmV3YXkubGFuZS52MS5OYWNrUmVxdWVzdBodLmxhbmV3YXkubGFuZS52MS5OYWNrUmVzcG9uc2UiA5ACAhJVCgpSZW5ld0JhdGNoEiIubGFuZXdheS5sYW5lLnYxLlJlbmV3QmF0Y2hSZXF1ZXN0GiMubGFuZXdheS5sYW5lLnYxLlJlbmV3QmF0Y2hSZXNwb25zZRJUCghBY2tCYXRjaBIgLmxhbmV3YXkubGFuZS52MS5BY2tCYXRjaFJlcXVlc3QaIS5sYW5ld2F5LmxhbmUudjEuQWNrQmF0Y2hSZXNwb25zZSIDkAICElcKCU5hY2tCYXRjaBIhLmxhbmV3YXkubGFuZS52MS5OYWNrQmF0Y2hSZXF1ZXN0GiIubGFuZXdheS5sYW5lLnYxLk5hY2tCYXRjaFJlc3BvbnNlIgOQAgISYAoMSW5zcGVjdEdyb3VwEiQubGFuZXdheS5sYW5lLnYxLkluc3BlY3RHcm91cFJlcXVlc3QaJS5sYW5ld2F5LmxhbmUudjEuSW5zcGVjdEdyb3VwUmVzcG9uc2UiA5ACARJgCgxSZWNvdmVyR3JvdXASJC5sYW5ld2F5LmxhbmUudjEuUmVjb3Zlckdyb3VwUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyR3JvdXBSZXNwb25zZSIDkAICYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
+  fileDesc("CiJsYW5ld2F5L2xhbmUvdjEvbGFuZV9zZXJ2aWNlLnByb3RvEg9sYW5ld2F5LmxhbmUudjEi2QEKCkxhbmVSZWNvcmQSEAoIc2VxdWVuY2UYASABKAQSDAoEbGFuZRgCIAEoCRIPCgdwcm9qZWN0GAMgASgJEgoKAmlkGAQgASgJEikKBGtpbmQYBSABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZBIOCgZzY2hlbWEYBiABKAkSDwoHcGF5bG9hZBgHIAEoDBISCgpwcm92ZW5hbmNlGAggASgJEi4KCmNyZWF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIuEDCgpMYW5lQm91bmRzEigKBWxlYXNlGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wZW5kaW5nGAIgASgNEhIKCm1heF9sZWRnZXIYAyABKA0SLgoLcmV0cnlfZGVsYXkYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMgoPbWF4X3JldHJ5X2RlbGF5GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDWFja19yZXRlbnRpb24YBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLAoJcmV0ZW50aW9uGAcgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC21heF9wYXlsb2FkGAggASgEEjQKEW9wZXJhdGlvbl90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjMKEGR1cGxpY2F0ZV93aW5kb3cYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SEwoLbWF4X3JlY29yZHMYCyABKAQSEQoJbWF4X2J5dGVzGAwgASgEEhQKDGxlZGdlcl9ieXRlcxgNIAEoBCJ1CgpMYW5lQWNjZXNzEgwKBGxhbmUYASABKAkSDQoFb3duZXIYAiABKAkSDwoHcHVibGlzaBgDIAEoCBIRCglzdWJzY3JpYmUYBCABKAgSDgoGZ3JvdXBzGAUgAygJEhYKDnJlY292ZXJfZ3JvdXBzGAYgAygJIhQKEkdldFJlZ2lzdHJ5UmVxdWVzdCKSAQoTR2V0UmVnaXN0cnlSZXNwb25zZRIPCgdwcm9qZWN0GAEgASgJEhEKCW5hbWVzcGFjZRgCIAEoCRIqCgVsYW5lcxgDIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lQWNjZXNzEisKBmJvdW5kcxgEIAEoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lQm91bmRzItoCCg5QdWJsaXNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESFQoCaWQYAiABKAlCCbpIBnIEiIgnARI1CgRraW5kGAMgASgOMhsubGFuZXdheS5sYW5lLnYxLlJlY29yZEtpbmRCCrpIB4IBBBABIAASGQoGc2NoZW1hGAQgASgJQgm6SAZyBIiIJwESGgoHcGF5bG9hZBgFIAEoDEIJukgGegQYgIBAEqkBCgpwcm92ZW5hbmNlGAYgASgJQpQBukiQAboBgQEKGXByb3ZlbmFuY2Uubm9fY3JlZGVudGlhbHMSLnByb3ZlbmFuY2UgbXVzdCBub3QgY29udGFpbiBpbmxpbmUgY3JlZGVudGlhbHMaNCF0aGlzLm1hdGNoZXMoJ15bQS1aYS16XVtBLVphLXowLTkrLi1dKjovL1teLz8jXSpAJynYAQFyBiiAEIgBASJRCg9QdWJsaXNoUmVzcG9uc2USKwoGcmVjb3JkGAEgASgLMhsubGFuZXdheS5sYW5lLnYxLkxhbmVSZWNvcmQSEQoJZHVwbGljYXRlGAIgASgIImoKE1B1Ymxpc2hCYXRjaFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEjoKB3JlY29yZHMYAiADKAsyHC5sYW5ld2F5LmxhbmUudjEuQmF0Y2hSZWNvcmRCC7pICJIBBQgBEIABIr4CCgtCYXRjaFJlY29yZBIVCgJpZBgBIAEoCUIJukgGcgSIiCcBEjUKBGtpbmQYAiABKA4yGy5sYW5ld2F5LmxhbmUudjEuUmVjb3JkS2luZEIKukgHggEEEAEgABIZCgZzY2hlbWEYAyABKAlCCbpIBnIEiIgnARIaCgdwYXlsb2FkGAQgASgMQgm6SAZ6BBiAgEASqQEKCnByb3ZlbmFuY2UYBSABKAlClAG6SJABugGBAQoZcHJvdmVuYW5jZS5ub19jcmVkZW50aWFscxIucHJvdmVuYW5jZSBtdXN0IG5vdCBjb250YWluIGlubGluZSBjcmVkZW50aWFscxo0IXRoaXMubWF0Y2hlcygnXltBLVphLXpdW0EtWmEtejAtOSsuLV0qOi8vW14vPyNdKkAnKdgBAXIGKIAQiAEBIkcKFFB1Ymxpc2hCYXRjaFJlc3BvbnNlEi8KB3Jlc3VsdHMYASADKAsyHi5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlc3VsdCKAAQoNUHVibGlzaFJlc3VsdBI1CglwdWJsaXNoZWQYASABKAsyIC5sYW5ld2F5LmxhbmUudjEuUHVibGlzaFJlc3BvbnNlSAASLQoFZXJyb3IYAiABKAsyHC5sYW5ld2F5LmxhbmUudjEuUmVjb3JkRXJyb3JIAEIJCgdvdXRjb21lIjwKC1JlY29yZEVycm9yEgwKBGNvZGUYASABKAkSDgoGcmVhc29uGAIgASgJEg8KB21lc3NhZ2UYAyABKAkiVgoNUmVwbGF5UmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESDgoGY3Vyc29yGAIgASgEEhwKCm1heF9ldmVudHMYAyABKA1CCLpIBSoDGIABInwKDlJlcGxheVJlc3BvbnNlEisKBmV2ZW50cxgBIAMoCzIbLmxhbmV3YXkubGFuZS52MS5MYW5lUmVjb3JkEg4KBmN1cnNvchgCIAEoBBIWCg5maXJzdF9yZXRhaW5lZBgDIAEoBBIVCg1sYXN0X3NlcXVlbmNlGAQgASgEIjgKDUZvbGxvd1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEg4KBmN1cnNvchgCIAEoBCJNCg5Gb2xsb3dSZXNwb25zZRIrCgZldmVudHMYASADKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIOCgZjdXJzb3IYAiABKAQieAoMQ2xhaW1SZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEjUKBHdhaXQYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CDLpICaoBBiICCDwyACI0Cg1DbGFpbVJlc3BvbnNlEiMKBHdvcmsYASABKAsyFS5sYW5ld2F5LmxhbmUudjEuV29yayKLAQoEV29yaxIrCgZyZWNvcmQYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuTGFuZVJlY29yZBIPCgdyZWNlaXB0GAIgASgJEg8KB2F0dGVtcHQYAyABKA0SNAoQbGVhc2VfZXhwaXJlc19hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAinQEKEUNsYWltQmF0Y2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEh4KC21heF9yZWNvcmRzGAMgASgNQgm6SAYqBBhAKAESNQoEd2FpdBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIMukgJqgEGIgIIPDIAIjkKEkNsYWltQmF0Y2hSZXNwb25zZRIjCgR3b3JrGAEgAygLMhUubGFuZXdheS5sYW5lLnYxLldvcmsiSAoPRGVsaXZlcnlSZWNlaXB0EhkKCHNlcXVlbmNlGAEgASgEQge6SAQyAiAAEhoKB3JlY2VpcHQYAiABKAlCCbpIBnIEoIgnASI9CgxSZWNlaXB0RXJyb3ISDAoEY29kZRgBIAEoCRIOCgZyZWFzb24YAiABKAkSDwoHbWVzc2FnZRgDIAEoCSKGAQoRUmVuZXdCYXRjaFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESPgoIcmVjZWlwdHMYAyADKAsyIC5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnlSZWNlaXB0Qgq6SAeSAQQIARBAInsKC1JlbmV3UmVzdWx0EjEKB3JlbmV3ZWQYASABKAsyHi5sYW5ld2F5LmxhbmUudjEuUmVuZXdSZXNwb25zZUgAEi4KBWVycm9yGAIgASgLMh0ubGFuZXdheS5sYW5lLnYxLlJlY2VpcHRFcnJvckgAQgkKB291dGNvbWUiQwoSUmVuZXdCYXRjaFJlc3BvbnNlEi0KB3Jlc3VsdHMYASADKAsyHC5sYW5ld2F5LmxhbmUudjEuUmVuZXdSZXN1bHQihAEKD0Fja0JhdGNoUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARI+CghyZWNlaXB0cxgDIAMoCzIgLmxhbmV3YXkubGFuZS52MS5EZWxpdmVyeVJlY2VpcHRCCrpIB5IBBAgBEEAidQoJQWNrUmVzdWx0Ei0KBWFja2VkGAEgASgLMhwubGFuZXdheS5sYW5lLnYxLkFja1Jlc3BvbnNlSAASLgoFZXJyb3IYAiABKAsyHS5sYW5ld2F5LmxhbmUudjEuUmVjZWlwdEVycm9ySABCCQoHb3V0Y29tZSI/ChBBY2tCYXRjaFJlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5sYW5ld2F5LmxhbmUudjEuQWNrUmVzdWx0IoUBChBOYWNrQmF0Y2hSZXF1ZXN0EhcKBGxhbmUYASABKAlCCbpIBnIEiIgnARIYCgVncm91cBgCIAEoCUIJukgGcgSIiCcBEj4KCHJlY2VpcHRzGAMgAygLMiAubGFuZXdheS5sYW5lLnYxLkRlbGl2ZXJ5UmVjZWlwdEIKukgHkgEECAEQQCJ4CgpOYWNrUmVzdWx0Ei8KBm5hY2tlZBgBIAEoCzIdLmxhbmV3YXkubGFuZS52MS5OYWNrUmVzcG9uc2VIABIuCgVlcnJvchgCIAEoCzIdLmxhbmV3YXkubGFuZS52MS5SZWNlaXB0RXJyb3JIAEIJCgdvdXRjb21lIkEKEU5hY2tCYXRjaFJlc3BvbnNlEiwKB3Jlc3VsdHMYASADKAsyGy5sYW5ld2F5LmxhbmUudjEuTmFja1Jlc3VsdCJ4CgxSZW5ld1JlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwESGQoIc2VxdWVuY2UYAyABKARCB7pIBDICIAASGgoHcmVjZWlwdBgEIAEoCUIJukgGcgSgiCcBIkUKDVJlbmV3UmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAidgoKQWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTgoLQWNrUmVzcG9uc2USLAoIYWNrZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWR1cGxpY2F0ZRgCIAEoCCJ3CgtOYWNrUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIZCghzZXF1ZW5jZRgDIAEoBEIHukgEMgIgABIaCgdyZWNlaXB0GAQgASgJQgm6SAZyBKCIJwEiTQoMTmFja1Jlc3BvbnNlEiwKCHJldHJ5X2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhdHRlbXB0GAIgASgNIkgKE0luc3BlY3RHcm91cFJlcXVlc3QSFwoEbGFuZRgBIAEoCUIJukgGcgSIiCcBEhgKBWdyb3VwGAIgASgJQgm6SAZyBIiIJwEiQgoUSW5zcGVjdEdyb3VwUmVzcG9uc2USKgoFZ3JvdXAYASABKAsyGy5sYW5ld2F5LmxhbmUudjEuR3JvdXBTdGF0ZSKwAwoKR3JvdXBTdGF0ZRIMCgRsYW5lGAEgASgJEg0KBWdyb3VwGAIgASgJEhAKCHJldmlzaW9uGAMgASgEEg4KBmN1cnNvchgEIAEoBBIWCg5maXJzdF9yZXRhaW5lZBgFIAEoBBIVCg1sYXN0X3NlcXVlbmNlGAYgASgEEhcKD21pc3NpbmdfdGhyb3VnaBgHIAEoBBINCgVzbG90cxgIIAEoDRISCgptYXhfbGVkZ2VyGAkgASgNEhMKC2xpdmVfbGVhc2VzGAogASgNEi0KCmRlbGl2ZXJpZXMYCyADKAsyGS5sYW5ld2F5LmxhbmUudjEuRGVsaXZlcnkSEgoKcmVjb3ZlcmllcxgMIAEoDRI5ChByZWNvdmVyeV9oaXN0b3J5GA0gAygLMh8ubGFuZXdheS5sYW5lLnYxLlJlY292ZXJ5UmVzdWx0EjYKC2NvbXBsZXRpb25zGA4gAygLMiEubGFuZXdheS5sYW5lLnYxLkNvbXBsZXRpb25CdWNrZXQSFQoNaGlzdG9yeV9ieXRlcxgPIAEoDRIWCg5oaXN0b3J5X2J1ZGdldBgQIAEoDSLuAQoQQ29tcGxldGlvbkJ1Y2tldBIyCg5maXJzdF9hY2tlZF9hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMQoNbGFzdF9hY2tlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJY29tcGxldGVkGAMgASgEEi4KBnJhbmdlcxgEIAMoCzIeLmxhbmV3YXkubGFuZS52MS5TZXF1ZW5jZVJhbmdlEjAKB3JldHJpZWQYBSADKAsyHy5sYW5ld2F5LmxhbmUudjEuQ29tcGxldGVkUmV0cnkiLAoNU2VxdWVuY2VSYW5nZRINCgVmaXJzdBgBIAEoBBIMCgRsYXN0GAIgASgEIjMKDkNvbXBsZXRlZFJldHJ5EhAKCHNlcXVlbmNlGAEgASgEEg8KB2F0dGVtcHQYAiABKA0ikQIKCERlbGl2ZXJ5EhAKCHNlcXVlbmNlGAEgASgEEg8KB3Byb2plY3QYAiABKAkSDwoHYXR0ZW1wdBgDIAEoDRItCgVzdGF0ZRgEIAEoDjIeLmxhbmV3YXkubGFuZS52MS5EZWxpdmVyeVN0YXRlEjQKEGxlYXNlX2V4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCHJldHJ5X2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghhY2tlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEAoIcmV0YWluZWQYCCABKAgiSAoPRXhwaXJlZERlbGl2ZXJ5EhkKCHNlcXVlbmNlGAEgASgEQge6SAQyAiAAEhoKB3JlY2VpcHQYAiABKAlCCbpIBnIEoIgnASKEBAoTUmVjb3Zlckdyb3VwUmVxdWVzdBIXCgRsYW5lGAEgASgJQgm6SAZyBIiIJwESGAoFZ3JvdXAYAiABKAlCCbpIBnIEiIgnARIVCgJpZBgDIAEoCUIJukgGcgSIiCcBEhkKCHJldmlzaW9uGAQgASgEQge6SAQyAiAAEhYKDmN1cnNvcl90aHJvdWdoGAUgASgEEjsKB2V4cGlyZWQYBiADKAsyIC5sYW5ld2F5LmxhbmUudjEuRXhwaXJlZERlbGl2ZXJ5Qgi6SAWSAQIQEBIfCgdtaXNzaW5nGAcgAygEQg66SAuSAQgQECIEMgIgADqRArpIjQIagwEKEnJlY292ZXIuYXRfbW9zdF8xNhI+YXQgbW9zdCAxNiBjb21iaW5lZCBleHBpcmVkIGFuZCBtaXNzaW5nIGRlbGl2ZXJpZXMgcGVyIHJlcXVlc3QaLXNpemUodGhpcy5leHBpcmVkKSArIHNpemUodGhpcy5taXNzaW5nKSA8PSAxNhqEAQoYcmVjb3Zlci51bmlxdWVfc2VxdWVuY2VzEi1leHBpcmVkIGFuZCBtaXNzaW5nIHNlcXVlbmNlcyBtdXN0IG5vdCByZXBlYXQaOSh0aGlzLmV4cGlyZWQubWFwKGUsIGUuc2VxdWVuY2UpICsgdGhpcy5taXNzaW5nKS51bmlxdWUoKSJHChRSZWNvdmVyR3JvdXBSZXNwb25zZRIvCgZyZXN1bHQYASABKAsyHy5sYW5ld2F5LmxhbmUudjEuUmVjb3ZlcnlSZXN1bHQi0wEKDlJlY292ZXJ5UmVzdWx0EgoKAmlkGAEgASgJEg8KB3Byb2plY3QYAiABKAkSFgoOY3Vyc29yX3Rocm91Z2gYAyABKAQSFwoPbWlzc2luZ190aHJvdWdoGAQgASgEEjAKC2V4cGlyYXRpb25zGAUgAygLMhsubGFuZXdheS5sYW5lLnYxLkV4cGlyYXRpb24SEAoIcmV2aXNpb24YBiABKAQSLwoLcmVjb3JkZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkAKCkV4cGlyYXRpb24SDwoHcHJvamVjdBgBIAEoCRIQCghzZXF1ZW5jZRgCIAEoBBIPCgdhdHRlbXB0GAMgASgNKlYKClJlY29yZEtpbmQSGwoXUkVDT1JEX0tJTkRfVU5TUEVDSUZJRUQQABIVChFSRUNPUkRfS0lORF9FVkVOVBABEhQKEFJFQ09SRF9LSU5EX1dPUksQAiqlAQoNRGVsaXZlcnlTdGF0ZRIeChpERUxJVkVSWV9TVEFURV9VTlNQRUNJRklFRBAAEhkKFURFTElWRVJZX1NUQVRFX0xFQVNFRBABEiIKHkRFTElWRVJZX1NUQVRFX1JFVFJZX1NDSEVEVUxFRBACEhsKF0RFTElWRVJZX1NUQVRFX1JFTEVBU0VEEAMSGAoUREVMSVZFUllfU1RBVEVfQUNLRUQQBDKFCgoLTGFuZVNlcnZpY2USXQoLR2V0UmVnaXN0cnkSIy5sYW5ld2F5LmxhbmUudjEuR2V0UmVnaXN0cnlSZXF1ZXN0GiQubGFuZXdheS5sYW5lLnYxLkdldFJlZ2lzdHJ5UmVzcG9uc2UiA5ACARJRCgdQdWJsaXNoEh8ubGFuZXdheS5sYW5lLnYxLlB1Ymxpc2hSZXF1ZXN0GiAubGFuZXdheS5sYW5lLnYxLlB1Ymxpc2hSZXNwb25zZSIDkAICEmAKDFB1Ymxpc2hCYXRjaBIkLmxhbmV3YXkubGFuZS52MS5QdWJsaXNoQmF0Y2hSZXF1ZXN0GiUubGFuZXdheS5sYW5lLnYxLlB1Ymxpc2hCYXRjaFJlc3BvbnNlIgOQAgISTgoGUmVwbGF5Eh4ubGFuZXdheS5sYW5lLnYxLlJlcGxheVJlcXVlc3QaHy5sYW5ld2F5LmxhbmUudjEuUmVwbGF5UmVzcG9uc2UiA5ACARJQCgZGb2xsb3cSHi5sYW5ld2F5LmxhbmUudjEuRm9sbG93UmVxdWVzdBofLmxhbmV3YXkubGFuZS52MS5Gb2xsb3dSZXNwb25zZSIDkAIBMAESRgoFQ2xhaW0SHS5sYW5ld2F5LmxhbmUudjEuQ2xhaW1SZXF1ZXN0Gh4ubGFuZXdheS5sYW5lLnYxLkNsYWltUmVzcG9uc2USVQoKQ2xhaW1CYXRjaBIiLmxhbmV3YXkubGFuZS52MS5DbGFpbUJhdGNoUmVxdWVzdBojLmxhbmV3YXkubGFuZS52MS5DbGFpbUJhdGNoUmVzcG9uc2USRgoFUmVuZXcSHS5sYW5ld2F5LmxhbmUudjEuUmVuZXdSZXF1ZXN0Gh4ubGFuZXdheS5sYW5lLnYxLlJlbmV3UmVzcG9uc2USRQoDQWNrEhsubGFuZXdheS5sYW5lLnYxLkFja1JlcXVlc3QaHC5sYW5ld2F5LmxhbmUudjEuQWNrUmVzcG9uc2UiA5ACAhJICgROYWNrEhwubGFuZXdheS5sYW5lLnYxLk5hY2tSZXF1ZXN0Gh0ubGFuZXdheS5sYW5lLnYxLk5hY2tSZXNwb25zZSIDkAICElUKClJlbmV3QmF0Y2gSIi5sYW5ld2F5LmxhbmUudjEuUmVuZXdCYXRjaFJlcXVlc3QaIy5sYW5ld2F5LmxhbmUudjEuUmVuZXdCYXRjaFJlc3BvbnNlElQKCEFja0JhdGNoEiAubGFuZXdheS5sYW5lLnYxLkFja0JhdGNoUmVxdWVzdBohLmxhbmV3YXkubGFuZS52MS5BY2tCYXRjaFJlc3BvbnNlIgOQAgISVwoJTmFja0JhdGNoEiEubGFuZXdheS5sYW5lLnYxLk5hY2tCYXRjaFJlcXVlc3QaIi5sYW5ld2F5LmxhbmUudjEuTmFja0JhdGNoUmVzcG9uc2UiA5ACAhJgCgxJbnNwZWN0R3JvdXASJC5sYW5ld2F5LmxhbmUudjEuSW5zcGVjdEdyb3VwUmVxdWVzdBolLmxhbmV3YXkubGFuZS52MS5JbnNwZWN0R3JvdXBSZXNwb25zZSIDkAIBEmAKDFJlY292ZXJHcm91cBIkLmxhbmV3YXkubGFuZS52MS5SZWNvdmVyR3JvdXBSZXF1ZXN0GiUubGFuZXdheS5sYW5lLnYxLlJlY292ZXJHcm91cFJlc3BvbnNlIgOQAgJiBnByb3RvMw", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
 
 /**
  * LaneRecord is the durable envelope of one accepted publication.
@@ -1356,7 +1356,9 @@ export const AckRequestSchema: GenMessage<AckRequest> = /*@__PURE__*/
  */
 export type AckResponse = Message<"laneway.lane.v1.AckResponse"> & {
   /**
-   * When the delivery was first acknowledged.
+   * When the delivery was acknowledged. For a duplicate, the last
+   * acknowledgement time of the completion-history bucket that holds it:
+   * never before the original completion, at most ack_retention/16 after it.
    *
    * @generated from field: google.protobuf.Timestamp acked_at = 1;
    */
@@ -1497,7 +1499,9 @@ export const InspectGroupResponseSchema: GenMessage<InspectGroupResponse> = /*@_
   messageDesc(file_laneway_lane_v1_lane_service, 39);
 
 /**
- * GroupState is the persisted cursor/lease ledger of one work group.
+ * GroupState is the persisted state of one work group: its cursor, the
+ * deliveries that are not finished, the completion history and the recovery
+ * history.
  *
  * @generated from message laneway.lane.v1.GroupState
  */
@@ -1532,7 +1536,10 @@ export type GroupState = Message<"laneway.lane.v1.GroupState"> & {
   cursor: bigint;
 
   /**
-   * The first retained stream sequence of the lane (0 when empty).
+   * The first retained stream sequence of the lane; when the lane retains
+   * nothing, the next sequence it will assign (last_sequence + 1). A gap
+   * exists when cursor + 1 < first_retained; its boundary is
+   * first_retained - 1.
    *
    * @generated from field: uint64 first_retained = 5;
    */
@@ -1576,7 +1583,9 @@ export type GroupState = Message<"laneway.lane.v1.GroupState"> & {
   liveLeases: number;
 
   /**
-   * Every tracked delivery, in sequence order.
+   * Every unfinished delivery (leased, waiting for a retry, or released), in
+   * sequence order: at most `slots`, at most max_ledger. Completed
+   * deliveries are in `completions`.
    *
    * @generated from field: repeated laneway.lane.v1.Delivery deliveries = 11;
    */
@@ -1599,6 +1608,34 @@ export type GroupState = Message<"laneway.lane.v1.GroupState"> & {
    * @generated from field: repeated laneway.lane.v1.RecoveryResult recovery_history = 13;
    */
   recoveryHistory: RecoveryResult[];
+
+  /**
+   * The completion history within ack_retention: time buckets, oldest first,
+   * at most 17, each spanning at most ack_retention/16. A bucket leaves once
+   * its last acknowledgement is ack_retention old.
+   *
+   * @generated from field: repeated laneway.lane.v1.CompletionBucket completions = 14;
+   */
+  completions: CompletionBucket[];
+
+  /**
+   * Stored bytes of the completion history (its delta-encoded ranges and
+   * retried completions).
+   *
+   * @generated from field: uint32 history_bytes = 15;
+   */
+  historyBytes: number;
+
+  /**
+   * The completion history's budget for the group's slots. A claim of fresh
+   * work is admitted only while history_bytes plus 29 bytes for the
+   * completion of each unfinished delivery stays within it; more slots bring
+   * more budget, and completions out of sequence order or at later attempts
+   * take the most room.
+   *
+   * @generated from field: uint32 history_budget = 16;
+   */
+  historyBudget: number;
 };
 
 /**
@@ -1607,6 +1644,114 @@ export type GroupState = Message<"laneway.lane.v1.GroupState"> & {
  */
 export const GroupStateSchema: GenMessage<GroupState> = /*@__PURE__*/
   messageDesc(file_laneway_lane_v1_lane_service, 40);
+
+/**
+ * CompletionBucket is the completions acknowledged within one span of time.
+ *
+ * @generated from message laneway.lane.v1.CompletionBucket
+ */
+export type CompletionBucket = Message<"laneway.lane.v1.CompletionBucket"> & {
+  /**
+   * The first acknowledgement in the bucket.
+   *
+   * @generated from field: google.protobuf.Timestamp first_acked_at = 1;
+   */
+  firstAckedAt?: Timestamp | undefined;
+
+  /**
+   * The last acknowledgement in the bucket: what a duplicate ack of any of
+   * its completions answers as `acked_at`.
+   *
+   * @generated from field: google.protobuf.Timestamp last_acked_at = 2;
+   */
+  lastAckedAt?: Timestamp | undefined;
+
+  /**
+   * How many deliveries were completed in it.
+   *
+   * @generated from field: uint64 completed = 3;
+   */
+  completed: bigint;
+
+  /**
+   * The sequence ranges it covers, increasing: each sequence in a range was
+   * completed at attempt 1, or at the attempt `retried` gives it, or is an
+   * event the completed work passed.
+   *
+   * @generated from field: repeated laneway.lane.v1.SequenceRange ranges = 4;
+   */
+  ranges: SequenceRange[];
+
+  /**
+   * The completions at an attempt above 1.
+   *
+   * @generated from field: repeated laneway.lane.v1.CompletedRetry retried = 5;
+   */
+  retried: CompletedRetry[];
+};
+
+/**
+ * Describes the message laneway.lane.v1.CompletionBucket.
+ * Use `create(CompletionBucketSchema)` to create a new message.
+ */
+export const CompletionBucketSchema: GenMessage<CompletionBucket> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 41);
+
+/**
+ * SequenceRange is the stream sequences first through last (inclusive).
+ *
+ * @generated from message laneway.lane.v1.SequenceRange
+ */
+export type SequenceRange = Message<"laneway.lane.v1.SequenceRange"> & {
+  /**
+   * The first sequence.
+   *
+   * @generated from field: uint64 first = 1;
+   */
+  first: bigint;
+
+  /**
+   * The last sequence (not below `first`).
+   *
+   * @generated from field: uint64 last = 2;
+   */
+  last: bigint;
+};
+
+/**
+ * Describes the message laneway.lane.v1.SequenceRange.
+ * Use `create(SequenceRangeSchema)` to create a new message.
+ */
+export const SequenceRangeSchema: GenMessage<SequenceRange> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 42);
+
+/**
+ * CompletedRetry is a delivery completed at an attempt above 1.
+ *
+ * @generated from message laneway.lane.v1.CompletedRetry
+ */
+export type CompletedRetry = Message<"laneway.lane.v1.CompletedRetry"> & {
+  /**
+   * The record's stream sequence.
+   *
+   * @generated from field: uint64 sequence = 1;
+   */
+  sequence: bigint;
+
+  /**
+   * The completing attempt (at least 2).
+   *
+   * @generated from field: uint32 attempt = 2;
+   */
+  attempt: number;
+};
+
+/**
+ * Describes the message laneway.lane.v1.CompletedRetry.
+ * Use `create(CompletedRetrySchema)` to create a new message.
+ */
+export const CompletedRetrySchema: GenMessage<CompletedRetry> = /*@__PURE__*/
+  messageDesc(file_laneway_lane_v1_lane_service, 43);
 
 /**
  * Delivery is one tracked work record in a group ledger.
@@ -1657,7 +1802,8 @@ export type Delivery = Message<"laneway.lane.v1.Delivery"> & {
   retryAt?: Timestamp | undefined;
 
   /**
-   * Completion time, for acknowledged deliveries.
+   * Completion time, for acknowledged deliveries (not used since state
+   * format 4: completed deliveries are in GroupState.completions).
    *
    * @generated from field: google.protobuf.Timestamp acked_at = 7;
    */
@@ -1676,7 +1822,7 @@ export type Delivery = Message<"laneway.lane.v1.Delivery"> & {
  * Use `create(DeliverySchema)` to create a new message.
  */
 export const DeliverySchema: GenMessage<Delivery> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 41);
+  messageDesc(file_laneway_lane_v1_lane_service, 44);
 
 /**
  * ExpiredDelivery names an expired delivery by its original receipt.
@@ -1704,7 +1850,7 @@ export type ExpiredDelivery = Message<"laneway.lane.v1.ExpiredDelivery"> & {
  * Use `create(ExpiredDeliverySchema)` to create a new message.
  */
 export const ExpiredDeliverySchema: GenMessage<ExpiredDelivery> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 42);
+  messageDesc(file_laneway_lane_v1_lane_service, 45);
 
 /**
  * RecoverGroupRequest accepts an expired gap of a group explicitly.
@@ -1769,7 +1915,7 @@ export type RecoverGroupRequest = Message<"laneway.lane.v1.RecoverGroupRequest">
  * Use `create(RecoverGroupRequestSchema)` to create a new message.
  */
 export const RecoverGroupRequestSchema: GenMessage<RecoverGroupRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 43);
+  messageDesc(file_laneway_lane_v1_lane_service, 46);
 
 /**
  * RecoverGroupResponse is the durable recovery result.
@@ -1790,7 +1936,7 @@ export type RecoverGroupResponse = Message<"laneway.lane.v1.RecoverGroupResponse
  * Use `create(RecoverGroupResponseSchema)` to create a new message.
  */
 export const RecoverGroupResponseSchema: GenMessage<RecoverGroupResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 44);
+  messageDesc(file_laneway_lane_v1_lane_service, 47);
 
 /**
  * RecoveryResult is the audit record of one accepted recovery.
@@ -1854,7 +2000,7 @@ export type RecoveryResult = Message<"laneway.lane.v1.RecoveryResult"> & {
  * Use `create(RecoveryResultSchema)` to create a new message.
  */
 export const RecoveryResultSchema: GenMessage<RecoveryResult> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 45);
+  messageDesc(file_laneway_lane_v1_lane_service, 48);
 
 /**
  * Expiration records one retired delivery. It is not an acknowledgement.
@@ -1889,7 +2035,7 @@ export type Expiration = Message<"laneway.lane.v1.Expiration"> & {
  * Use `create(ExpirationSchema)` to create a new message.
  */
 export const ExpirationSchema: GenMessage<Expiration> = /*@__PURE__*/
-  messageDesc(file_laneway_lane_v1_lane_service, 46);
+  messageDesc(file_laneway_lane_v1_lane_service, 49);
 
 /**
  * RecordKind says whether a record is an event for subscribers or work for
@@ -1961,7 +2107,9 @@ export enum DeliveryState {
   RELEASED = 3,
 
   /**
-   * Acknowledged; kept until ack_retention prunes it.
+   * Acknowledged. Not used in GroupState.deliveries since state format 4: a
+   * completed delivery leaves the ledger's slots at once and is shown in
+   * GroupState.completions.
    *
    * @generated from enum value: DELIVERY_STATE_ACKED = 4;
    */
@@ -2070,10 +2218,15 @@ export const LaneService: GenService<{
    * returns an empty response when there is none (after waiting up to
    * `wait` for work to arrive). Competing members of one group each get a
    * record once per live lease; other groups receive their own delivery.
-   * Errors: `lane_forbidden` (not a group member), `lane_capacity` (the group
-   * holds max_pending live leases, or its ledger or the shared bucket is
-   * full), `lane_cursor` (pending work expired from retention: recover the
-   * gap first), `lane_unavailable`, `lane_timeout`, `lane_canceled`.
+   * Errors: `lane_forbidden` (not a group member), `lane_capacity` (the
+   * message names the bound: max_pending live leases; max_ledger unfinished
+   * deliveries — completed ones leave their slot at once; the completion
+   * history's budget, which frees as its buckets leave ack_retention; the
+   * shared bucket's ledger_bytes, which admits no more groups or slots),
+   * `lane_cursor` (pending work expired from retention: a recoverer must
+   * accept the gap first; the message says when the group has none),
+   * `lane_conflict` (the group's stored state was written in another state
+   * format), `lane_unavailable`, `lane_timeout`, `lane_canceled`.
    *
    * @generated from rpc laneway.lane.v1.LaneService.Claim
    */
@@ -2112,9 +2265,12 @@ export const LaneService: GenService<{
     output: typeof RenewResponseSchema;
   },
   /**
-   * Ack completes a claimed record. Repeating an ack within the configured
-   * ack_retention returns the original completion. Errors: `lane_stale` as for
-   * Renew, including an ack after its completion record was pruned.
+   * Ack completes a claimed record: the delivery leaves its slot at once and
+   * enters the group's completion history. Repeating the ack with the receipt
+   * that completed it answers `duplicate` for at least ack_retention (at most
+   * ack_retention + ack_retention/16). Errors: `lane_stale` as for Renew,
+   * including an ack after its completion left the history, and the receipt
+   * of an earlier attempt after a later one completed.
    *
    * @generated from rpc laneway.lane.v1.LaneService.Ack
    */
@@ -2170,9 +2326,12 @@ export const LaneService: GenService<{
     output: typeof NackBatchResponseSchema;
   },
   /**
-   * InspectGroup returns the whole persisted state of a group ledger, with the
-   * revision that RecoverGroup must quote. Receipts are never returned.
-   * Errors: `lane_forbidden` (not a member of the group).
+   * InspectGroup returns the whole persisted state of a group: its cursor, the
+   * unfinished deliveries, the completion history and the recovery history,
+   * with the revision that RecoverGroup must quote. Receipts (and the secret
+   * they are computed with) are never returned. Errors: `lane_forbidden` (not
+   * a member of the group), `lane_conflict` (another state format),
+   * `lane_unavailable`, `lane_timeout`, `lane_canceled`.
    *
    * @generated from rpc laneway.lane.v1.LaneService.InspectGroup
    */
