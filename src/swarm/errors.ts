@@ -44,6 +44,9 @@ export const SWARM_OWN_TEXTS = Object.freeze({
   /** Swarms given to an invite before the member_swarms field exists (the CLI's --swarm). */
   swarmsBeforeScope:
     "swarms were given, but the signer record has no member_swarms field yet, so the invite would be unscoped and the swarms ignored: run laneway hive scope first",
+  /** Swarms given to an invite with a file: record, which Laneway never lists members in. */
+  swarmsForFileRecord:
+    "swarms were given, but the signer record is a file: record, which Laneway never writes: list the member with its swarms in the record's member_swarms file, then invite it without swarms",
   /** A member whose last credential was scoped is never minted an unscoped one. */
   noDowngrade: (memberId: string) =>
     `hive member ${memberId} holds a scoped credential, and the signer record has no member_swarms field now: the hub does not replace it with an unscoped one; restore the member_swarms field (listing ${memberId}), or retire the member and invite it again`,

@@ -348,8 +348,9 @@ export class HiveHub {
 
   /**
    * Registers a new member and returns its invite. `requireMemberSwarms`:
-   * swarms given before the member_swarms field exists are refused
-   * (`swarm_conflict`) instead of ignored.
+   * swarms given before the member_swarms field exists, or with a `file:`
+   * record (which Laneway never writes), are refused (`swarm_conflict`)
+   * instead of ignored.
    */
   invite(memberId: string, options: { busUrl?: string; swarms?: readonly string[]; requireMemberSwarms?: boolean } = {}): Promise<InviteOutcome> {
     return this.#serialized(async () => {
@@ -360,7 +361,10 @@ export class HiveHub {
       let record = await this.#o.signer.read();
       const scoped = record.memberSwarms !== undefined;
       const given = [...new Set(options.swarms ?? [])].sort();
-      if (!scoped && given.length > 0 && options.requireMemberSwarms === true) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsBeforeScope);
+      if (given.length > 0 && options.requireMemberSwarms === true) {
+        if (!scoped) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsBeforeScope);
+        if (!this.#o.signer.writable) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsForFileRecord);
+      }
       let listed = false;
       if (scoped && this.#o.signer.writable) {
         const already = record.memberSwarms!.has(memberId);

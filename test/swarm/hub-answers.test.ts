@@ -131,6 +131,16 @@ describe("an invite or refresh answers once the streams it grants exist", () => 
     for (const stream of swarmStreams("late")) expect(await exists(stream.name), stream.name).toBe(true);
   });
 
+  test("swarms given to an invite with a file: record are refused when asked to, not dropped", async () => {
+    const hub = laneway.clients.client(HiveHubService, { token: hive.tokens.admin });
+    const error = ConnectError.from(await hub.invite({ memberId: "hive-x", swarms: ["early"], requireMemberSwarms: true }).catch((e: unknown) => e));
+    expect(error.code).toBe(Code.Aborted);
+    expect(error.rawMessage).toBe(
+      "swarms were given, but the signer record is a file: record, which Laneway never writes: list the member with its swarms in the record's member_swarms file, then invite it without swarms",
+    );
+    expect((await hub.listMembers({})).members.map((m) => m.memberId)).not.toContain("hive-x");
+  });
+
   test("a member connecting without its inbox prefix gets the refusal the troubleshooting table names", async () => {
     const hub = laneway.clients.client(HiveHubService, { token: hive.tokens.admin });
     await signer.setMemberSwarms({ "hive-f": ["early", "late"], "hive-i": ["early"] });

@@ -225,10 +225,11 @@ export type InviteRequest = Message<"laneway.swarm.v1.InviteRequest"> & {
   swarms: string[];
 
   /**
-   * When true, `swarms` given before the member_swarms field exists are
-   * refused with `swarm_conflict` (`swarms were given, but the signer record
-   * has no member_swarms field yet, …: run laneway hive scope first`)
-   * instead of being ignored. The CLI sets it whenever `--swarm` is given.
+   * When true, `swarms` are refused with `swarm_conflict` instead of being
+   * ignored when the member_swarms field does not exist yet (`swarms were
+   * given, but the signer record has no member_swarms field yet, …: run
+   * laneway hive scope first`) or the signer record is a `file:` record,
+   * which Laneway never writes. The CLI sets it whenever `--swarm` is given.
    *
    * @generated from field: bool require_member_swarms = 4;
    */
