@@ -1,11 +1,28 @@
 import { resolve } from "node:path";
+import type { MessageInitShape } from "@bufbuild/protobuf";
 import { durationFromMs, timestampDate } from "@bufbuild/protobuf/wkt";
-import { HiveHubService, MigrationProgressSchema, type MigrateRequest, type MigrationProgress } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
+import {
+  HiveHubService,
+  MigrationOutcome,
+  MigrationProgressSchema,
+  RetiredServiceUserSchema,
+  ServiceUserAction,
+  ServiceUserGrantSchema,
+  type MigrateRequest,
+  type MigrationProgress,
+} from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService, type MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { nanosToMillis, parseGoDuration, SERVER_DEFAULTS } from "../config/index.js";
 import {
   acceptCredential,
+  ANTONCORE_FILES,
   checkGrants,
+  deleteServiceCreds,
+  heldServiceKey,
+  readAntoncoreNats,
+  saveServiceCreds,
+  serviceCredsPath,
+  type AntoncoreNats,
   HIVE_ENV,
   initHive,
   readHiveEnv,
@@ -24,7 +41,8 @@ import { rpcCommand } from "./rpc-command.js";
  * member's join and refresh (the invite secret from the invite file is the
  * token), and two local commands: `init` (the hive's keys in the data
  * directory) and `check-grants` (the grant check against an antoncore
- * checkout).
+ * checkout). `nats-trust` reads an antoncore checkout locally and signs
+ * through the hub (TrustServiceUsers): the hub owns the revocation list.
  */
 
 const hub = HiveHubService.method;
@@ -57,7 +75,8 @@ const initCommand: CommandSpec = {
 /** `hive invite`: prints the invite, or writes it to a file (mode 0600) with the hub's address. */
 const inviteCommand: CommandSpec = {
   name: "invite",
-  usage: "invite <member> [--bus-url URL] [--swarm S]... [--out FILE] [--hub-url URL]\n(--out writes the invite file, secret included, and prints it without the secret)",
+  usage:
+    "invite <member> [--bus-url URL] [--swarm S]... [--out FILE] [--hub-url URL]\n(--out writes the invite file, secret included, and prints it without the secret;\n --swarm needs hive scope to have run: before it an invite is unscoped)",
   summary: "register a member and issue its invite (the secret is shown once)",
   async run(argv, io) {
     const { values, positionals: args } = parseCommand(argv, {
@@ -68,8 +87,13 @@ const inviteCommand: CommandSpec = {
     });
     const [memberId] = positionals(args, ["member"]);
     const settings = clientSettings(values, io);
+    const swarms = values.swarm ?? [];
     await withClient(HiveHubService, values, io, async (client) => {
-      const response = await client.invite({ memberId: memberId!, busUrl: values["bus-url"] ?? "", swarms: values.swarm ?? [] });
+      // --swarm means "list the member with these swarms": before hive scope there is no field to list it in.
+      if (swarms.length > 0 && !(await client.listMembers({}, { signal: io.signal })).scopingEnabled) {
+        throw new UsageError("--swarm needs the signer record's member_swarms field, which does not exist yet: run laneway hive scope first (an invite issued before it is unscoped)");
+      }
+      const response = await client.invite({ memberId: memberId!, busUrl: values["bus-url"] ?? "", swarms, requireMemberSwarms: swarms.length > 0 });
       if (values.out === undefined) {
         printMessage(io, hub.invite.output, response);
         return;
@@ -153,6 +177,89 @@ const checkGrantsCommand: CommandSpec = {
 };
 
 /**
+ * `hive nats-trust`: the NATS service users of an antoncore checkout's
+ * users file (operator mode), signed by the hub through TrustServiceUsers,
+ * each credential written to `--out` (`<name>.creds`, mode 0600), each
+ * retired user's credential there deleted once the hub revoked its keys.
+ * The folder's credentials tell the hub which ones the operator holds, so a
+ * rerun changes nothing. `--dry-run` prints what would be done.
+ */
+const natsTrustCommand: CommandSpec = {
+  name: "nats-trust",
+  usage: [
+    "nats-trust --antoncore DIR --out DIR [--dry-run]",
+    "(signs the service users of DIR's agentihooks-swarm-nats users.yaml in the hive account, writes each credential",
+    " to --out as <name>.creds, mode 0600; retired: users are revoked on the NATS server and their credentials deleted)",
+  ].join("\n"),
+  summary: "sign antoncore's NATS service users in the hive account and revoke its retired ones",
+  async run(argv, io) {
+    const { values, positionals: args } = parseCommand(argv, { antoncore: { type: "string" }, out: { type: "string" }, "dry-run": { type: "boolean" } });
+    positionals(args, []);
+    if (values.antoncore === undefined) throw new UsageError("--antoncore is required");
+    if (values.out === undefined) throw new UsageError("--out is required (the folder the credentials are written to)");
+    const out = resolve(values.out);
+    const dryRun = values["dry-run"] === true;
+    let nats: AntoncoreNats;
+    try {
+      nats = await readAntoncoreNats(resolve(values.antoncore));
+    } catch (error) {
+      if (error instanceof Error && error.name === "ValueError") throw new OutcomeError(`the swarm NATS users cannot be read (${error.message})`);
+      throw error;
+    }
+    if (nats.mode !== "operator") {
+      throw new OutcomeError(`hive nats-trust signs the users of ${ANTONCORE_FILES.users} in operator mode, and ${ANTONCORE_FILES.values} still defines accounts`);
+    }
+    const users: MessageInitShape<typeof ServiceUserGrantSchema>[] = [];
+    for (const user of nats.users.values()) {
+      users.push({
+        name: user.name,
+        publishAllow: [...user.publishAllow],
+        publishDeny: [...user.publishDeny],
+        subscribeAllow: [...user.subscribeAllow],
+        subscribeDeny: [...user.subscribeDeny],
+        heldPublicKey: (await swarmCall(() => heldServiceKey(out, user.name))) ?? "",
+      });
+    }
+    const retired: MessageInitShape<typeof RetiredServiceUserSchema>[] = [];
+    for (const name of nats.retired) retired.push({ name, heldPublicKey: (await swarmCall(() => heldServiceKey(out, name))) ?? "" });
+    await withClient(HiveHubService, values, io, async (client) => {
+      const response = await client.trustServiceUsers({ users, retired, dryRun }, { signal: io.signal });
+      const printedUsers = [];
+      for (const user of response.users) {
+        let credentials: string | undefined;
+        if (!dryRun && user.creds !== "") credentials = await swarmCall(() => saveServiceCreds(out, user.name, user.creds));
+        printedUsers.push({
+          name: user.name,
+          action: actionName(user.action),
+          ...(user.why ? { why: user.why } : {}),
+          ...(user.publicKey ? { publicKey: user.publicKey } : {}),
+          ...(user.revokedKeys > 0 ? { revokedKeys: user.revokedKeys } : {}),
+          ...(credentials ? { credentials } : {}),
+        });
+      }
+      const printedRetired = [];
+      for (const user of response.retired) {
+        // Deleted only after the hub confirmed the revocation (its answer).
+        const deleted = dryRun ? false : await swarmCall(() => deleteServiceCreds(out, user.name));
+        printedRetired.push({ name: user.name, action: actionName(user.action), revokedKeys: user.revokedKeys, ...(deleted ? { deleted: serviceCredsPath(out, user.name) } : {}) });
+      }
+      io.stdout(`${JSON.stringify({ dryRun, users: printedUsers, retired: printedRetired, unlisted: response.unlisted }, null, 2)}\n`);
+    });
+  },
+};
+
+function actionName(action: ServiceUserAction): string {
+  const names: Record<number, string> = {
+    [ServiceUserAction.SIGNED]: "signed",
+    [ServiceUserAction.RESIGNED]: "resigned",
+    [ServiceUserAction.UNCHANGED]: "unchanged",
+    [ServiceUserAction.REVOKED]: "revoked",
+    [ServiceUserAction.ALREADY_RETIRED]: "already-retired",
+  };
+  return names[action] ?? "unknown";
+}
+
+/**
  * `hive migrate state|queue|dead`: one migration through the streaming
  * Migrate RPC. Progress goes to stderr (a bar, at most about four updates a
  * second; `--quiet` turns it off), the final counts to stdout as JSON.
@@ -162,6 +269,7 @@ const migrateCommand: CommandSpec = {
   name: "migrate",
   usage: [
     "migrate state <swarm> <bucket> <key>... [--quiet]",
+    "migrate state <swarm> <bucket> --no-legacy-keys [--quiet]   (the swarm owns the bucket's state with no legacy key)",
     "migrate queue <swarm> <queue> [--max-deliver N] [--ack-wait D] [--quiet]",
     "migrate dead <swarm> [--quiet]",
     "(moves one swarm's retained legacy data into its own streams; quiesce that swarm's legacy writers and consumers first;",
@@ -172,6 +280,7 @@ const migrateCommand: CommandSpec = {
     const { values, positionals: args } = parseCommand(argv, {
       "max-deliver": { type: "string" },
       "ack-wait": { type: "string" },
+      "no-legacy-keys": { type: "boolean" },
       quiet: { type: "boolean" },
     });
     const [kind, ...rest] = args;
@@ -179,11 +288,15 @@ const migrateCommand: CommandSpec = {
     if (kind !== "queue" && (values["max-deliver"] !== undefined || values["ack-wait"] !== undefined)) {
       throw new UsageError("--max-deliver and --ack-wait apply to migrate queue only");
     }
+    if (kind !== "state" && values["no-legacy-keys"] !== undefined) throw new UsageError("--no-legacy-keys applies to migrate state only");
     switch (kind) {
       case "state": {
-        if (rest.length < 3) throw new UsageError("expected state <swarm> <bucket> <key>...");
+        const noLegacyKeys = values["no-legacy-keys"] === true;
+        if (noLegacyKeys ? rest.length !== 2 : rest.length < 3) {
+          throw new UsageError("expected state <swarm> <bucket> <key>..., or state <swarm> <bucket> --no-legacy-keys");
+        }
         const [swarm, bucket, ...keys] = rest;
-        request = { case: "state", value: { $typeName: "laneway.swarm.v1.MigrateStateRequest", swarm: swarm!, bucket: bucket!, keys } };
+        request = { case: "state", value: { $typeName: "laneway.swarm.v1.MigrateStateRequest", swarm: swarm!, bucket: bucket!, keys, noLegacyKeys } };
         break;
       }
       case "queue": {
@@ -244,7 +357,7 @@ class ProgressDisplay {
 
   done(p: MigrationProgress): void {
     if (p.total > 0n) this.update(p);
-    this.io.stderr(`migrate ${this.kind}: complete\n`);
+    this.io.stderr(p.outcome === MigrationOutcome.OWNED ? `migrate ${this.kind}: owned with no legacy keys\n` : `migrate ${this.kind}: complete\n`);
   }
 }
 
@@ -265,7 +378,7 @@ export const hiveCommands: CommandGroup = {
     rpcCommand({
       method: hub.scope,
       usage: "scope [--swarm S]...",
-      summary: "create member_swarms and list every member with the swarms (all swarms in the store when none given)",
+      summary: "create member_swarms and list every member with the swarms (when none given: the named swarms and those in the store)",
       options: { swarm: { type: "string", multiple: true } },
       request: (i) => ({ swarms: i.list("swarm") }),
     }),
@@ -279,6 +392,19 @@ export const hiveCommands: CommandGroup = {
       request: (i) => ({ memberId: i.arg("member") }),
     }),
     rpcCommand({
+      method: hub.listSwarms,
+      usage: "swarms",
+      summary: "the swarms the operator named, what scope and invite grant by default, and the swarms only events named",
+      request: () => ({}),
+    }),
+    rpcCommand({
+      method: hub.nameSwarms,
+      usage: "name-swarms <swarm>...",
+      summary: "name swarms as the operator's (scope and invite without --swarm then grant them); creates their streams",
+      args: ["swarm..."],
+      request: (i) => ({ swarms: [...i.rest()] }),
+    }),
+    rpcCommand({
       method: hub.retireMember,
       usage: "retire <member>",
       summary: "revoke a member's credentials on the NATS server, delete its record and Redis user",
@@ -288,6 +414,7 @@ export const hiveCommands: CommandGroup = {
     memberCommand("join"),
     memberCommand("refresh"),
     checkGrantsCommand,
+    natsTrustCommand,
     migrateCommand,
   ],
 };

@@ -8,8 +8,12 @@
  *    specification's texts; an unreadable one is `swarm_unavailable`);
  * 2. decide the grant: no member_swarms field → unscoped; a list → scoped;
  *    field present, member absent → 403 `the hub record lists no member
- *    swarms for hive member <id>`. Nothing has happened yet: no credential
- *    minted, no key revoked, no password rotated;
+ *    swarms for hive member <id>`; no field for a member whose last
+ *    credential was scoped → 403 as well (the hub never downgrades a scoped
+ *    member: a record that lost its field, or a `file:` folder whose
+ *    member_swarms file is gone, must not unscope it silently). Nothing has
+ *    happened yet: no credential minted, no key revoked, no password
+ *    rotated;
  * 3. mint the new credential (a fresh user key);
  * 4. store it as the member's key, its previous keys in the revocation list,
  *    and push the hive account with that list to the server, which drops
@@ -28,25 +32,27 @@ import { parseNatsServers } from "../config/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { HiveAccountPublisher } from "./account-claims.js";
 import { DEFAULT_CREDENTIAL_LIFETIME_MS, mintMemberCredential } from "./credential-minter.js";
-import { SwarmError } from "./errors.js";
+import { noDowngradeError, SWARM_OWN_TEXTS, SwarmError } from "./errors.js";
 import type { HiveTrust } from "./hive-trust.js";
 import {
   hiveAccountStateOf,
   withInvitedMember,
   withMintedKey,
+  withNamedSwarms,
   withoutExpiredRevocations,
   withRetiredMember,
   withSigningKey,
   type HubState,
   type MemberRecord,
 } from "./hub-state.js";
-import type { HubMigrator } from "./hub-bus.js";
+import type { HubMigrator, HubProvisioner } from "./hub-bus.js";
 import type { HubStateFile } from "./hub-store.js";
 import { hiveEnvLines, inviteEnvLines } from "./member-env.js";
 import { decideGrant, renderMemberGrant, type GrantDecision, type NatsGrant } from "./member-grant.js";
 import { RedisAccounts } from "./redis-accounts.js";
 import { signingKeyPair, type MemberSwarms, type SignerRecord } from "./signer-record.js";
 import { neverWrittenError, type SignerRecordStore } from "./signer-store.js";
+import { applyTrustRequest, checkTrustRequest, type TrustOutcome, type TrustRequest } from "./service-users.js";
 import { isMemberId, swarmNameProblem } from "./swarm-names.js";
 
 /** The longest invite secret the hub looks up; longer bearer tokens are unknown at once. */
@@ -61,12 +67,47 @@ export interface HiveHubOptions {
   readonly redis: RedisAccounts | undefined;
   /** AGENTIHOOKS_BUS_URL of invites that name none. */
   readonly defaultBusUrl: string;
-  /** The swarms whose streams exist on the server ("every swarm in the store"). */
-  readonly listSwarms: () => Promise<readonly string[]>;
+  /**
+   * The swarms whose streams exist on the server: `inStore`, those with a
+   * stream the hub did not create for an event alone, and `eventOnly`,
+   * those whose every stream the hub created because an event named them.
+   */
+  readonly listSwarms: () => Promise<StoreSwarms>;
   readonly log: Logger;
   readonly credentialLifetimeMs?: number;
   /** Unix milliseconds; tests may pin it. */
   readonly clock?: () => number;
+}
+
+/** The swarms found from the streams on the server (see {@link HiveHubOptions.listSwarms}). */
+export interface StoreSwarms {
+  readonly inStore: readonly string[];
+  readonly eventOnly: readonly string[];
+}
+
+/** One swarm the operator named. */
+export interface NamedSwarmListing {
+  readonly swarm: string;
+  /** Listed for some member in the signer record's member_swarms. */
+  readonly inRecord: boolean;
+  /** Named by a hub command (scope or invite with swarms, a migration, name-swarms). */
+  readonly byCommand: boolean;
+  /** One of its streams exists on the server. */
+  readonly inStore: boolean;
+}
+
+/** A swarm only events named: its streams exist (or are being created), and it grants nothing. */
+export interface UnnamedSwarmListing {
+  readonly swarm: string;
+  /** Events handled for it since the hub started. */
+  readonly events: number;
+}
+
+export interface SwarmsListing {
+  /** What `hive scope` and `hive invite` without swarms grant: every named swarm and every swarm in the store. */
+  readonly defaultSwarms: readonly string[];
+  readonly named: readonly NamedSwarmListing[];
+  readonly unnamed: readonly UnnamedSwarmListing[];
 }
 
 /** One member as listed. */
@@ -75,7 +116,10 @@ export interface MemberListing {
   /** Listed in member_swarms (possibly with no swarm). */
   readonly scoped: boolean;
   readonly swarms: readonly string[];
-  /** The field exists and omits the member: the hub refuses to mint. */
+  /**
+   * The hub refuses to mint: the field exists and omits the member, or the
+   * field is gone and the member's last credential was scoped.
+   */
   readonly refused: boolean;
   readonly lastMintedAt: number | undefined;
   readonly credentialExpiresAt: number | undefined;
@@ -161,6 +205,7 @@ export class HiveHub {
   #accountStale = true;
   readonly #modeListeners = new Set<HubModeChangeListener>();
   #migrator: HubMigrator | undefined;
+  #provisioner: HubProvisioner | undefined;
 
   constructor(options: HiveHubOptions) {
     this.#o = options;
@@ -174,10 +219,72 @@ export class HiveHub {
     this.#migrator = migrator;
   }
 
-  /** The hub's migrations (the hub's bus); `swarm_unavailable` before the bus is open. */
+  /** Sets what creates the streams of the swarms the hub's calls grant (openHiveHub: the hub's bus). */
+  useProvisioner(provisioner: HubProvisioner): void {
+    this.#provisioner = provisioner;
+  }
+
+  /**
+   * The hub's migrations (the hub's bus); `swarm_unavailable` before the
+   * bus is open. A migration names its swarm: from then on it is one of the
+   * swarms the operator named.
+   */
   get migrator(): HubMigrator {
-    if (this.#migrator === undefined) throw new SwarmError("swarm_unavailable", "the hub's bus is not open");
-    return this.#migrator;
+    const migrator = this.#migrator;
+    if (migrator === undefined) throw new SwarmError("swarm_unavailable", "the hub's bus is not open");
+    return {
+      migrateState: async (swarm, bucket, keys, options) => {
+        await this.#nameForMigration(swarm);
+        return migrator.migrateState(swarm, bucket, keys, options);
+      },
+      migrateQueue: async (swarm, name, policy, options) => {
+        await this.#nameForMigration(swarm);
+        return migrator.migrateQueue(swarm, name, policy, options);
+      },
+      migrateDead: async (swarm, options) => {
+        await this.#nameForMigration(swarm);
+        return migrator.migrateDead(swarm, options);
+      },
+    };
+  }
+
+  /**
+   * The swarms the operator named: those named by hub commands and every
+   * swarm the signer record's member_swarms lists (sorted). The hub's bus
+   * provisions them; events never add to them.
+   */
+  async namedSwarms(): Promise<string[]> {
+    const record = await this.#o.signer.read();
+    return [...new Set([...(this.#state.namedSwarms ?? []), ...recordSwarms(record)])].sort();
+  }
+
+  /** The named swarms with where each is named, and the swarms only events named. */
+  async listSwarms(): Promise<SwarmsListing> {
+    const record = await this.#o.signer.read();
+    const store = await this.#o.listSwarms();
+    const byCommand = new Set(this.#state.namedSwarms ?? []);
+    const inRecord = new Set(recordSwarms(record));
+    const inStore = new Set(store.inStore);
+    const named = [...new Set([...byCommand, ...inRecord])].sort();
+    const defaults = new Set([...named, ...inStore]);
+    const events = this.#provisioner?.eventSwarms() ?? { unnamed: [], handled: {} };
+    const unnamed = [...new Set([...store.eventOnly, ...events.unnamed])].filter((swarm) => !defaults.has(swarm)).sort();
+    return {
+      defaultSwarms: [...defaults].sort(),
+      named: [...new Set([...named, ...inStore])].sort().map((swarm) => ({ swarm, inRecord: inRecord.has(swarm), byCommand: byCommand.has(swarm), inStore: inStore.has(swarm) })),
+      unnamed: unnamed.map((swarm) => ({ swarm, events: events.handled[swarm] ?? 0 })),
+    };
+  }
+
+  /** Names swarms (a hub command): creates their streams first, then records them. Returns the listing. */
+  nameSwarms(swarms: readonly string[]): Promise<SwarmsListing> {
+    return this.#serialized(async () => {
+      for (const swarm of swarms) checkSwarm(swarm);
+      const distinct = [...new Set(swarms)].sort();
+      await this.#provisionNamed(distinct);
+      await this.#commitNamed(distinct);
+      this.#o.log.info("swarms named", { swarms: distinct.length });
+    }).then(() => this.listSwarms());
   }
 
   /** Calls `listener` with every committed mode change (scope, invite, retirement) until the returned function is called. */
@@ -207,12 +314,19 @@ export class HiveHub {
     });
   }
 
-  /** Creates member_swarms and lists every member without a listing with `swarms` (every swarm in the store when empty). */
+  /**
+   * Creates member_swarms and lists every member without a listing with
+   * `swarms` (when empty: every swarm the operator named and every swarm in
+   * the store, never a swarm only an event named). The swarms' streams are
+   * created before the record changes.
+   */
   scope(requested: readonly string[]): Promise<ScopeOutcome> {
     return this.#serialized(async () => {
       for (const swarm of requested) checkSwarm(swarm);
       if (!this.#o.signer.writable) throw neverWrittenError();
-      const swarms = requested.length > 0 ? [...new Set(requested)].sort() : [...(await this.#o.listSwarms())].sort();
+      const swarms = requested.length > 0 ? [...new Set(requested)].sort() : await this.#defaultSwarms();
+      await this.#provisionNamed(swarms);
+      if (requested.length > 0) await this.#commitNamed(swarms);
       let created = false;
       let listedMembers: string[] = [];
       const record = await this.#o.signer.updateMemberSwarms((current) => {
@@ -232,8 +346,13 @@ export class HiveHub {
     });
   }
 
-  /** Registers a new member and returns its invite. */
-  invite(memberId: string, options: { busUrl?: string; swarms?: readonly string[] } = {}): Promise<InviteOutcome> {
+  /**
+   * Registers a new member and returns its invite. `requireMemberSwarms`:
+   * swarms given before the member_swarms field exists, or with a `file:`
+   * record (which Laneway never writes), are refused (`swarm_conflict`)
+   * instead of ignored.
+   */
+  invite(memberId: string, options: { busUrl?: string; swarms?: readonly string[]; requireMemberSwarms?: boolean } = {}): Promise<InviteOutcome> {
     return this.#serialized(async () => {
       if (!isMemberId(memberId)) throw new SwarmError("swarm_invalid", "a member id is a lowercase letter, then lowercase letters, digits, '_' or '-', at most 64 characters");
       for (const swarm of options.swarms ?? []) checkSwarm(swarm);
@@ -241,10 +360,18 @@ export class HiveHub {
       if (this.#state.members[memberId]) throw new SwarmError("swarm_conflict", `hive member ${memberId} exists: retire it before inviting it again`);
       let record = await this.#o.signer.read();
       const scoped = record.memberSwarms !== undefined;
+      const given = [...new Set(options.swarms ?? [])].sort();
+      if (given.length > 0 && options.requireMemberSwarms === true) {
+        if (!scoped) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsBeforeScope);
+        if (!this.#o.signer.writable) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsForFileRecord);
+      }
       let listed = false;
       if (scoped && this.#o.signer.writable) {
         const already = record.memberSwarms!.has(memberId);
-        const swarms = already ? [] : options.swarms && options.swarms.length > 0 ? [...new Set(options.swarms)].sort() : [...(await this.#o.listSwarms())].sort();
+        const swarms = already ? [] : given.length > 0 ? given : await this.#defaultSwarms();
+        // The streams it grants exist before the invite answers.
+        await this.#provisionNamed(swarms);
+        if (given.length > 0 && !already) await this.#commitNamed(given);
         record = await this.#o.signer.updateMemberSwarms((current) => {
           const next = new Map(current ?? []);
           if (!next.has(memberId)) next.set(memberId, swarms);
@@ -263,9 +390,49 @@ export class HiveHub {
         withInvitedMember(this.#state, { memberId, secretDigest: digestOf(secret), invitedAt: this.#clock(), busUrl, redisUser: this.#o.redis !== undefined }),
       );
       const swarms = record.memberSwarms?.get(memberId) ?? [];
+      // A file: record lists the member by hand; what it lists already is provisioned now.
+      if (scoped && !listed) await this.#provisionNamed(swarms);
       this.#o.log.info("hive member invited", { member: memberId, scoped, listed });
       this.#announce({ kind: "invite", committedAt: this.#clock(), memberId, scoped, listed, swarms: [...swarms].sort() });
       return { memberId, secret, scoped, listed, swarms: [...swarms].sort(), inviteEnv: inviteEnvLines({ memberId, secret, busUrl, scoped, redisUrl }) };
+    });
+  }
+
+  /**
+   * Signs the listed NATS service users and retires the others
+   * (service-users.ts: the rules). New revocations reach the NATS server
+   * before anything is recorded; a dry run changes nothing.
+   */
+  trustServiceUsers(request: TrustRequest): Promise<TrustOutcome> {
+    return this.#serialized(async () => {
+      checkTrustRequest(request);
+      const record = request.dryRun ? undefined : await this.#o.signer.read();
+      const signingKey = record === undefined ? undefined : signingKeyPair(record);
+      const now = this.#clock();
+      const applied = await applyTrustRequest(
+        this.#state,
+        request,
+        signingKey === undefined ? undefined : { signingKey, hiveAccount: this.#o.trust.hiveAccount.getPublicKey(), now },
+      );
+      if (applied.state !== this.#state) {
+        let next = withSigningKey(applied.state, signingKey!.getPublicKey());
+        next = withoutExpiredRevocations(next, now);
+        const accountChanged = next.signingKeys !== this.#state.signingKeys || next.revocations !== this.#state.revocations;
+        // The server refuses revoked credentials before the hub records their users as retired or replaced.
+        if (accountChanged || this.#accountStale) {
+          this.#accountStale = true;
+          await this.#o.publisher.publish(hiveAccountStateOf(next));
+          this.#accountStale = false;
+        }
+        await this.#commit(next);
+      }
+      const { outcome } = applied;
+      for (const user of [...outcome.users, ...outcome.retired]) {
+        if (user.action !== "unchanged" && user.action !== "already-retired") {
+          this.#o.log.info(request.dryRun ? "service user would change (dry run)" : "service user changed", { user: user.name, action: user.action, revokedKeys: user.revokedKeys });
+        }
+      }
+      return outcome;
     });
   }
 
@@ -280,9 +447,9 @@ export class HiveHub {
 
   /** The grant a member's next credential would carry. */
   async renderGrant(memberId: string): Promise<GrantView> {
-    this.#member(memberId);
+    const member = this.#member(memberId);
     const record = await this.#o.signer.read();
-    return { memberId, ...renderMemberGrant(memberId, decideGrant(record.memberSwarms, memberId)) };
+    return { memberId, ...renderMemberGrant(memberId, decideMemberGrant(record, member)) };
   }
 
   /** Mints a member's credential (join and refresh). */
@@ -291,8 +458,11 @@ export class HiveHub {
       const member = this.#member(memberId);
       const record = await this.#o.signer.read();
       // Decided before any side effect: a 403 mints, revokes and rotates nothing.
-      const decision: GrantDecision = decideGrant(record.memberSwarms, memberId);
+      const decision: GrantDecision = decideMemberGrant(record, member);
       const grant = renderMemberGrant(memberId, decision);
+      // The streams the credential grants exist before it is handed out (a
+      // hand edit of a file: record reaches provisioning here, not at the next sync).
+      await this.#provisionNamed(grant.swarms);
       const signingKey = signingKeyPair(record);
       const now = this.#clock();
       const minted = await mintMemberCredential({
@@ -304,7 +474,7 @@ export class HiveHub {
         lifetimeMs: this.#o.credentialLifetimeMs ?? DEFAULT_CREDENTIAL_LIFETIME_MS,
       });
       let next = withSigningKey(this.#state, signingKey.getPublicKey());
-      next = withMintedKey(next, memberId, { publicKey: minted.userPublicKey, issuedAt: minted.issuedAt, expiresAt: minted.expiresAt });
+      next = withMintedKey(next, memberId, { publicKey: minted.userPublicKey, issuedAt: minted.issuedAt, expiresAt: minted.expiresAt }, grant.scoped);
       next = withoutExpiredRevocations(next, now);
       if (this.#o.redis && !member.redisUser) {
         next = { ...next, members: { ...next.members, [memberId]: { ...next.members[memberId]!, redisUser: true } } };
@@ -390,11 +560,43 @@ export class HiveHub {
           memberId: m.memberId,
           scoped: swarms !== undefined,
           swarms: swarms === undefined ? [] : [...new Set(swarms)].sort(),
-          refused: field !== undefined && swarms === undefined,
+          refused: field === undefined ? m.scoped === true : swarms === undefined,
           lastMintedAt: m.lastMintedAt,
           credentialExpiresAt: current?.expiresAt,
         };
       });
+  }
+
+  /** Every swarm the operator named and every swarm in the store: what scope and invite grant when given none. */
+  async #defaultSwarms(): Promise<string[]> {
+    const [named, store] = await Promise.all([this.namedSwarms(), this.#o.listSwarms()]);
+    return [...new Set([...named, ...store.inStore])].sort();
+  }
+
+  async #provisionNamed(swarms: readonly string[]): Promise<void> {
+    if (swarms.length === 0 || this.#provisioner === undefined) return;
+    try {
+      await this.#provisioner.provisionNamed(swarms);
+    } catch (error) {
+      if (error instanceof SwarmError) throw error;
+      throw new SwarmError("swarm_unavailable", "the streams of the swarms this call grants cannot be created: the NATS server cannot be reached", { cause: error });
+    }
+  }
+
+  async #commitNamed(swarms: readonly string[]): Promise<void> {
+    let next: HubState;
+    try {
+      next = withNamedSwarms(this.#state, swarms);
+    } catch (error) {
+      throw new SwarmError("swarm_invalid", (error as Error).message);
+    }
+    if (next !== this.#state) await this.#commit(next);
+  }
+
+  /** A migration names its swarm (validated first: the migration's own refusal comes from the bus). */
+  async #nameForMigration(swarm: string): Promise<void> {
+    if (swarmNameProblem(swarm) !== undefined) return;
+    await this.#serialized(() => this.#commitNamed([swarm]));
   }
 
   #announce(change: HubModeChange): void {
@@ -428,6 +630,22 @@ export class HiveHub {
     this.#queue = run.catch(() => undefined);
     return run;
   }
+}
+
+/**
+ * The grant decision for a member: the record decides (decideGrant), except
+ * that a member whose last credential was scoped is never handed an
+ * unscoped one.
+ */
+function decideMemberGrant(record: SignerRecord, member: MemberRecord): GrantDecision {
+  const decision = decideGrant(record.memberSwarms, member.memberId);
+  if (decision.kind === "unscoped" && member.scoped === true) throw noDowngradeError(member.memberId);
+  return decision;
+}
+
+/** Every swarm member_swarms lists for some member. */
+function recordSwarms(record: SignerRecord): string[] {
+  return [...new Set([...(record.memberSwarms?.values() ?? [])].flat())];
 }
 
 function digestOf(secret: string): string {

@@ -18,10 +18,19 @@
  * makes sure the swarm the event names has its streams (scoped and
  * provisioning only; a swarm whose legacy state still holds entries keeps
  * using it: the refusal `legacy state requires explicit key ownership` is
- * logged once, and the event is handled); it then counts the event per
- * swarm and logs it at debug (source stream, sequence, logical subject —
- * never the payload). A broker failure while provisioning leaves the event
- * unacknowledged: it is handed out again later.
+ * logged once, with the bucket and the command that resolves it, and the
+ * event is handled); it then counts the event per swarm and logs it at
+ * debug (source stream, sequence, logical subject — never the payload). A
+ * broker failure while provisioning leaves the event unacknowledged: it is
+ * handed out again later.
+ *
+ * Swarms come from the operator. An event may name any swarm (an unscoped
+ * publisher chooses its subject), so a swarm no operator named — in
+ * member_swarms or by a hub command ({@link HubBusOptions.memberSwarms}) —
+ * still has its streams created and its events handled and counted, but
+ * its streams carry the description {@link EVENT_ONLY_STREAM_DESCRIPTION}:
+ * the hub never counts such a swarm among the swarms in the store, so
+ * `hive scope` and `hive invite` without `--swarm` never grant it.
  *
  * Nothing here blocks the hub from opening: provisioning and fan-in start
  * in the background and retry every `refreshIntervalMs` while the broker
@@ -33,7 +42,7 @@ import { noPausePoints, type PausePoints } from "../fault-injection/pause-points
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { BrokerConnection } from "../nats/index.js";
 import { busModeFromEnv, type QueuePolicy } from "./bus/config.js";
-import { BUS_TEXTS, MigrationRefusedError } from "./bus/errors.js";
+import { LegacyStateOwnershipError, ownStateCommand } from "./bus/errors.js";
 import type { EventFanIn, FanInSource, FannedInEvent } from "./bus/fan-in.js";
 import { MIGRATION_PAUSE_POINTS, type MigrationProgress, type MigrationResult } from "./bus/migration.js";
 import { openBus, type Bus } from "./bus/scoped-bus.js";
@@ -52,6 +61,12 @@ export const HUB_PAUSE_POINTS = MIGRATION_PAUSE_POINTS;
  */
 export const MAX_PROVISIONED_SWARMS = 4096;
 
+/**
+ * The description of the streams the hub creates for a swarm that only an
+ * event named: such a swarm is not "in the store" (open-hive-hub.ts).
+ */
+export const EVENT_ONLY_STREAM_DESCRIPTION = "laneway hub: created for an event naming a swarm no operator named; grants nothing";
+
 /** The hub's durable consumer on every events stream it fans in (`laneway-hub-legacy` beside it on the legacy stream). */
 export const HUB_FAN_IN_DURABLE = "laneway-hub";
 
@@ -63,7 +78,10 @@ export interface HubBusOptions {
   readonly broker: BrokerConnection;
   readonly env: Env;
   readonly log: Logger;
-  /** The swarms member_swarms lists now (read at start and on every refresh). */
+  /**
+   * The swarms the operator named: every swarm member_swarms lists and
+   * those named by hub commands (read at start and on every refresh).
+   */
   readonly memberSwarms: () => Promise<readonly string[]>;
   /** Replicas of the streams the hub creates (default 1). */
   readonly replicas?: number;
@@ -88,6 +106,18 @@ export interface HubMigrator {
   migrateDead(swarm: string, options?: HubMigrationOptions): Promise<MigrationResult>;
 }
 
+/**
+ * What the hub's bus does for the hub's calls: creates the streams of the
+ * swarms a call grants before the call answers, and tells which swarms
+ * only events named.
+ */
+export interface HubProvisioner {
+  /** Creates the streams of swarms the operator named (a no-op when the hub does not provision). */
+  provisionNamed(swarms: readonly string[]): Promise<void>;
+  /** The swarms only events named since the hub started, and the events handled per swarm. */
+  eventSwarms(): { readonly unnamed: readonly string[]; readonly handled: Readonly<Record<string, number>> };
+}
+
 /** The hub's view of its bus, for logs and tests. */
 export interface HubBusStatus {
   readonly scoped: boolean;
@@ -96,12 +126,14 @@ export interface HubBusStatus {
   readonly active: boolean;
   /** Swarms whose streams the hub ensured. */
   readonly provisioned: readonly string[];
+  /** Of those, the swarms only events named (their streams grant nothing). */
+  readonly unnamed: readonly string[];
   /** Events handled per swarm (`""`: events naming no swarm). */
   readonly handled: Readonly<Record<string, number>>;
   readonly sources: readonly FanInSource[];
 }
 
-export class HubBus implements HubMigrator {
+export class HubBus implements HubMigrator, HubProvisioner {
   readonly #o: HubBusOptions;
   readonly #bus: Bus;
   readonly #active: boolean;
@@ -111,6 +143,9 @@ export class HubBus implements HubMigrator {
   #capLogged = false;
   readonly #maxSwarms: number;
   readonly #refusalsLogged = new Set<string>();
+  /** The swarms the operator named, as last read (events naming others provision event-only streams). */
+  #named = new Set<string>();
+  readonly #unnamed = new Set<string>();
   #fanIn: EventFanIn | undefined;
   #timer: NodeJS.Timeout | undefined;
   #stopWatchingBroker: (() => void) | undefined;
@@ -162,12 +197,19 @@ export class HubBus implements HubMigrator {
     return this.#bus;
   }
 
+  /** The swarms only events named since the hub started, and the events handled per swarm. */
+  eventSwarms(): { readonly unnamed: readonly string[]; readonly handled: Readonly<Record<string, number>> } {
+    const status = this.status();
+    return { unnamed: status.unnamed, handled: status.handled };
+  }
+
   status(): HubBusStatus {
     return {
       scoped: this.#bus.scoped,
       bind: this.#bus.bind,
       active: this.#active,
       provisioned: [...this.#provisioned.keys()].sort(),
+      unnamed: [...this.#unnamed].filter((swarm) => !this.#named.has(swarm)).sort(),
       handled: Object.fromEntries([...this.#handled].sort(([a], [b]) => a.localeCompare(b))),
       sources: this.#fanIn?.sources() ?? [],
     };
@@ -184,8 +226,25 @@ export class HubBus implements HubMigrator {
     return this.#syncing;
   }
 
-  /** Ensures `swarm`'s streams (scoped, provisioning); remembered once it succeeded. */
-  ensureSwarm(swarm: string): Promise<void> {
+  /**
+   * Provisions swarms the operator just named (a scope, an invite, a
+   * join or refresh that grants them) and waits for it, so that the
+   * credential's streams exist when the call answers. Resolves at once when
+   * the hub does not provision (not scoped, or bind mode); rejects when the
+   * broker cannot be reached.
+   */
+  async provisionNamed(swarms: readonly string[]): Promise<void> {
+    for (const swarm of swarms) this.#named.add(swarm);
+    if (!this.#active || this.#closed) return;
+    for (const swarm of swarms) await this.ensureSwarm(swarm);
+  }
+
+  /**
+   * Ensures `swarm`'s streams (scoped, provisioning); remembered once it
+   * succeeded. `eventOnly`: an event names the swarm and the operator did
+   * not; its streams are created with {@link EVENT_ONLY_STREAM_DESCRIPTION}.
+   */
+  ensureSwarm(swarm: string, options: { eventOnly?: boolean } = {}): Promise<void> {
     if (!this.#bus.scoped || !this.#bus.provisioning || !isSwarmName(swarm)) return Promise.resolve();
     let pending = this.#provisioned.get(swarm);
     if (pending === undefined) {
@@ -194,7 +253,11 @@ export class HubBus implements HubMigrator {
         this.#capLogged = true;
         return Promise.resolve();
       }
-      pending = this.#provision(swarm);
+      if (options.eventOnly === true) {
+        this.#unnamed.add(swarm);
+        this.#o.log.info("an event names a swarm no operator named: its streams are created and grant nothing", { swarm });
+      }
+      pending = this.#provision(swarm, options.eventOnly === true);
       this.#provisioned.set(swarm, pending);
       pending.catch(() => {
         if (this.#provisioned.get(swarm) === pending) this.#provisioned.delete(swarm);
@@ -228,8 +291,10 @@ export class HubBus implements HubMigrator {
   async #sync(): Promise<void> {
     try {
       if (this.#bus.provisioning || this.#bus.scoped) await this.#bus.provisionLegacyStreams();
+      const named = await this.#o.memberSwarms();
+      this.#named = new Set([...this.#named, ...named]);
       if (this.#bus.scoped && this.#bus.provisioning) {
-        for (const swarm of await this.#o.memberSwarms()) {
+        for (const swarm of named) {
           if (this.#closed) return;
           await this.ensureSwarm(swarm);
         }
@@ -241,16 +306,22 @@ export class HubBus implements HubMigrator {
     }
   }
 
-  async #provision(swarm: string): Promise<void> {
+  async #provision(swarm: string, eventOnly: boolean): Promise<void> {
     try {
-      const provisioned = await this.#bus.provisionSwarm(swarm);
+      const provisioned = await this.#bus.provisionSwarm(swarm, eventOnly ? { description: EVENT_ONLY_STREAM_DESCRIPTION } : {});
       this.#o.log.info("swarm streams provisioned", { swarm, streams: provisioned.streams.length });
     } catch (error) {
       // Everything else was created; the legacy bucket keeps serving until its keys are migrated.
-      if (error instanceof MigrationRefusedError && error.message === BUS_TEXTS.legacyStateOwnership) {
+      if (error instanceof LegacyStateOwnershipError) {
         if (!this.#refusalsLogged.has(swarm)) {
           this.#refusalsLogged.add(swarm);
-          this.#o.log.warn("a swarm's state stream was not created over legacy state", { swarm, problem: error.message });
+          this.#o.log.warn("a swarm's state stream was not created over legacy state", {
+            swarm,
+            problem: error.message,
+            buckets: error.buckets.join(","),
+            legacyBuckets: error.buckets.map((bucket) => `KV_${bucket}`).join(","),
+            resolve: ownStateCommand(swarm, "<bucket>", "<key>... (or --no-legacy-keys)"),
+          });
         }
         return;
       }
@@ -261,7 +332,7 @@ export class HubBus implements HubMigrator {
   }
 
   async #handle(event: FannedInEvent): Promise<void> {
-    if (event.swarm !== undefined) await this.ensureSwarm(event.swarm);
+    if (event.swarm !== undefined) await this.ensureSwarm(event.swarm, { eventOnly: !this.#named.has(event.swarm) });
     const named = event.swarm ?? "";
     // Counted per swarm up to the bound, then together (the map stays bounded).
     const key = this.#handled.has(named) || this.#handled.size < this.#maxSwarms ? named : "(other)";

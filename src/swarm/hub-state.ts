@@ -5,8 +5,9 @@
  * - A member is registered by an invite: its id, the SHA-256 digest of its
  *   invite secret (the secret itself is never stored), the NATS address
  *   its invite names, and whether a Redis ACL user was created for it.
- * - Each join or refresh records the user key of the credential it minted;
- *   every key the member held before joins the revocation list.
+ * - Each join or refresh records the user key of the credential it minted
+ *   and whether its grant is scoped; every key the member held before joins
+ *   the revocation list.
  * - Retiring a member revokes every key it holds, deletes its record (its
  *   invite stops authenticating) and lists it as retired.
  * - A revocation is kept until the credential it revokes has expired (an
@@ -36,6 +37,13 @@ export interface MemberRecord {
   /** Keys minted and not revoked (normally the one of the last credential). */
   readonly keys: readonly IssuedKey[];
   readonly lastMintedAt: number | undefined;
+  /**
+   * Whether the last credential minted for the member was scoped. The hub
+   * never replaces a scoped credential with an unscoped one (a signer record
+   * that lost its member_swarms field, or a member_swarms file that is gone,
+   * must not silently unscope a member). Absent in states written before it.
+   */
+  readonly scoped?: boolean;
 }
 
 /** A revoked user key. */
@@ -52,6 +60,23 @@ export interface RetiredRecord {
   readonly revokedKeys: number;
 }
 
+/** What the hub keeps of a service user it signed (never the seed). */
+export interface ServiceUserRecord {
+  readonly name: string;
+  readonly publicKey: string;
+  /** Unix milliseconds. */
+  readonly issuedAt: number;
+  /** SHA-256 of the grants (sorted, distinct), hex. */
+  readonly grantDigest: string;
+}
+
+/** A retired service user. */
+export interface RetiredServiceUserRecord {
+  readonly name: string;
+  readonly retiredAt: number;
+  readonly revokedKeys: number;
+}
+
 export interface HubState {
   readonly version: 1;
   readonly members: Readonly<Record<string, MemberRecord>>;
@@ -59,7 +84,21 @@ export interface HubState {
   readonly revocations: Readonly<Record<string, Revocation>>;
   /** Public keys of every signing key listed on the hive account. */
   readonly signingKeys: readonly string[];
+  /**
+   * Swarms the operator named by a hub command (scope or invite with
+   * swarms, a migration, `hive name-swarms`), sorted. With the swarms of
+   * member_swarms they are the swarms the operator named; a swarm only an
+   * event named is never among them. Absent in states written before it.
+   */
+  readonly namedSwarms?: readonly string[];
+  /** The NATS service users the hub signed (`hive nats-trust`), by name. Absent in states written before it. */
+  readonly serviceUsers?: Readonly<Record<string, ServiceUserRecord>>;
+  /** Service users retired by `hive nats-trust`, by name. */
+  readonly retiredServiceUsers?: Readonly<Record<string, RetiredServiceUserRecord>>;
 }
+
+/** The most swarms the hub remembers as named by its commands. */
+export const MAX_NAMED_SWARMS = 4096;
 
 export function initialHubState(): HubState {
   return { version: 1, members: {}, retired: {}, revocations: {}, signingKeys: [] };
@@ -70,13 +109,13 @@ export function withInvitedMember(state: HubState, member: Omit<MemberRecord, "k
   return { ...state, members: { ...state.members, [member.memberId]: { ...member, keys: [], lastMintedAt: undefined } } };
 }
 
-/** Records a newly minted key; the member's previous keys join the revocation list. */
-export function withMintedKey(state: HubState, memberId: string, key: IssuedKey): HubState {
+/** Records a newly minted key (and whether its grant is scoped); the member's previous keys join the revocation list. */
+export function withMintedKey(state: HubState, memberId: string, key: IssuedKey, scoped?: boolean): HubState {
   const member = state.members[memberId];
   if (member === undefined) return state;
   return {
     ...state,
-    members: { ...state.members, [memberId]: { ...member, keys: [key], lastMintedAt: key.issuedAt } },
+    members: { ...state.members, [memberId]: { ...member, keys: [key], lastMintedAt: key.issuedAt, ...(scoped === undefined ? {} : { scoped }) } },
     revocations: member.keys.length === 0 ? state.revocations : { ...state.revocations, ...revocationsOf(member.keys, key.issuedAt) },
   };
 }
@@ -97,6 +136,16 @@ export function withRetiredMember(state: HubState, memberId: string, now: number
 /** Lists a signing key on the hive account (no change when listed). */
 export function withSigningKey(state: HubState, publicKey: string): HubState {
   return state.signingKeys.includes(publicKey) ? state : { ...state, signingKeys: [...state.signingKeys, publicKey] };
+}
+
+/** Adds swarms to those the operator named (no change when all are named already); refuses past {@link MAX_NAMED_SWARMS}. */
+export function withNamedSwarms(state: HubState, swarms: readonly string[]): HubState {
+  const named = new Set(state.namedSwarms ?? []);
+  const before = named.size;
+  for (const swarm of swarms) named.add(swarm);
+  if (named.size === before) return state;
+  if (named.size > MAX_NAMED_SWARMS) throw new RangeError(`the hub names at most ${MAX_NAMED_SWARMS} swarms`);
+  return { ...state, namedSwarms: [...named].sort() };
 }
 
 /** Drops revocations of credentials that expired before `now`. */

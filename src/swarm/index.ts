@@ -19,8 +19,10 @@
  * - The hive as a lane participant (hive-lanes*.ts): snapshot requests and
  *   mode-change events on a lane, with HIVE_LANES_* set.
  * - The hub's bus (hub-bus.ts): provisioning, event fan-in and migration.
+ * - The NATS service users the hub signs and retires (service-users.ts,
+ *   service-user-files.ts: `hive nats-trust`).
  */
-export { SwarmError, SWARM_TEXTS, noMemberSwarmsError, type SwarmReason } from "./errors.js";
+export { noDowngradeError, noMemberSwarmsError, SWARM_OWN_TEXTS, SWARM_TEXTS, SwarmError, type SwarmReason } from "./errors.js";
 export { isMemberId, isSwarmName, MAX_SWARM_NAME_BYTES, swarmNameProblem } from "./swarm-names.js";
 export {
   consumerName,
@@ -33,6 +35,9 @@ export {
   HUB_SLOTS_QUEUE_GROUP,
   LEGACY_EVENT_SUBJECTS,
   legacyKvStream,
+  legacyMarkSubjectPatterns,
+  MIGRATION_MARK_PREFIX,
+  migrationMarkSubject,
   queueStream,
   queueWorkSubject,
   slotRequestSubject,
@@ -53,12 +58,14 @@ export {
   controllerGrant,
   decideGrant,
   inboxPrefixOf,
+  legacySubjectsOfSwarm,
   renderMemberGrant,
+  scopedPublishDeny,
   streamApiSubjects,
   type GrantDecision,
   type NatsGrant,
 } from "./member-grant.js";
-export { parseMemberSwarms, type MemberSwarms, type SignerRecord } from "./signer-record.js";
+export { parseMemberSwarms, parseRecordObject, RECORD_KEYS, type MemberSwarms, type RecordDocument, type SignerRecord } from "./signer-record.js";
 export { DEFAULT_SIGNER, openSignerStore, SIGNER_ENV, type SignerRecordStore } from "./signer-store.js";
 export { DEFAULT_CREDENTIAL_LIFETIME_MS, mintMemberCredential, userClaims, type MintedCredential, type MintRequest } from "./credential-minter.js";
 export { hiveDirOf, initHive, loadHiveTrust, operatorModeConfig, type HiveTrust, type InitHiveOptions, type InitHiveResult } from "./hive-trust.js";
@@ -67,6 +74,10 @@ export {
   HiveHub,
   MAX_INVITE_SECRET_BYTES,
   type GrantView,
+  type NamedSwarmListing,
+  type StoreSwarms,
+  type SwarmsListing,
+  type UnnamedSwarmListing,
   type HubModeChange,
   type HubModeChangeListener,
   type InviteOutcome,
@@ -82,11 +93,36 @@ export { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
 export { HIVE_CREDS_FILE, HIVE_ENV, HIVE_ENV_FILE, hiveEnvLines, inviteEnvLines } from "./member-env.js";
 export { acceptCredential, readHiveEnv, readInvite, saveHiveFiles, writeInviteFile, type MemberInvite, type SavedHiveFiles } from "./member-files.js";
 export { checkGrants, covers, noSharedHiveUser, CONTROLLER_USER, HIVE_USER, SPOKE_EXECUTION_SUBJECT, type GrantCheckResult } from "./grant-check/grant-check.js";
+export { deleteServiceCreds, heldServiceKey, saveServiceCreds, serviceCredsPath } from "./service-user-files.js";
 export { ANTONCORE_FILES, readAntoncoreNats, type AntoncoreNats, type AntoncoreUser } from "./grant-check/antoncore-users.js";
 export { parseYamlSubset, YamlSubsetError } from "./grant-check/yaml-subset.js";
 export { NativeKeyPair, type NkeyRole } from "./native-keys.js";
 export * from "./bus/index.js";
-export { HUB_BUS_REFRESH_MS, HUB_FAN_IN_DURABLE, HUB_PAUSE_POINTS, HubBus, type HubBusOptions, type HubBusStatus, type HubMigrationOptions, type HubMigrator } from "./hub-bus.js";
+export {
+  EVENT_ONLY_STREAM_DESCRIPTION,
+  HUB_BUS_REFRESH_MS,
+  HUB_FAN_IN_DURABLE,
+  HUB_PAUSE_POINTS,
+  HubBus,
+  type HubBusOptions,
+  type HubBusStatus,
+  type HubMigrationOptions,
+  type HubMigrator,
+  type HubProvisioner,
+} from "./hub-bus.js";
+export {
+  applyTrustRequest,
+  checkTrustRequest,
+  grantDigest,
+  isUserPublicKey,
+  MAX_SERVICE_USERS,
+  type RetiredServiceUser,
+  type ServiceUserAction,
+  type ServiceUserGrant,
+  type ServiceUserOutcome,
+  type TrustOutcome,
+  type TrustRequest,
+} from "./service-users.js";
 export {
   decodeSlotAnswer,
   encodeSlotRequest,

@@ -8,7 +8,7 @@
  * | member_swarms | grant |
  * | --- | --- |
  * | no field | the unscoped member grant: legacy execution subjects, the shared dead letter stream, the shared `KV_<bucket>` store of every hive state bucket |
- * | lists swarms | publish and subscribe only under each listed swarm's prefix |
+ * | lists swarms | publish and subscribe only under each listed swarm's prefix, the swarm's legacy subjects denied |
  * | empty list | publish denied on `>`; subscribe only on the member's own `_INBOX.<user>.>` |
  * | field present, member absent | none: the hub refuses (403) before any side effect |
  *
@@ -17,12 +17,24 @@
  * Nothing grants stream or consumer creation, the legacy
  * `AGENTIHOOKS_EVENTS`/`AGENTIHOOKS_DEAD` streams to a scoped member, the
  * hub's slot buckets, or another swarm's names.
+ *
+ * `swarm.<swarm>.>` also covers subjects of the legacy (unscoped) resources
+ * that a legacy stream captures: `swarm.<swarm>.execution.>` is stored in
+ * `AGENTIHOOKS_EVENTS`, `swarm.<swarm>.ready.<lane>` in the legacy lane
+ * queue. A scoped grant therefore denies, for each of its swarms, the
+ * legacy subjects of that swarm ({@link legacySubjectsOfSwarm}: events,
+ * ready queues, dead letters), the shared legacy `$KV.<bucket>.>` stores,
+ * and the mark subjects of earlier versions (`swarm.<swarm>.….$migration`).
+ * NATS applies a deny over any allow, so the grant keeps its shape and the
+ * member's own scoped resources (`events`, `dead`, `queue`, `state` under
+ * its prefix) keep working.
  */
 import { noMemberSwarmsError } from "./errors.js";
 import {
   GLOBAL_STREAMS,
   LEGACY_EVENT_SUBJECTS,
   legacyKvStream,
+  legacyMarkSubjectPatterns,
   slotRequestSubject,
   SWARM_STATE_BUCKETS,
   swarmStreams,
@@ -76,6 +88,24 @@ export function streamApiSubjects(stream: string): readonly string[] {
   ];
 }
 
+/**
+ * The legacy (unscoped) subjects of one swarm a scoped member is denied:
+ * its execution events (`AGENTIHOOKS_EVENTS`, original and prefixed), its
+ * legacy ready queues (`AGENTIHOOKS_QUEUE_swarm_<swarm>_ready_<lane>`) and
+ * its legacy dead letters (`dead.<swarm>` in `AGENTIHOOKS_DEAD`).
+ */
+export function legacySubjectsOfSwarm(swarm: string): readonly string[] {
+  return [`swarm.${swarm}.execution.>`, `legacy.swarm.${swarm}.>`, `swarm.${swarm}.ready.>`, `dead.${swarm}`, `dead.${swarm}.>`];
+}
+
+/** What a scoped grant denies for its swarms: their legacy subjects, the shared legacy state stores, the old mark subjects. */
+export function scopedPublishDeny(swarms: readonly string[]): readonly string[] {
+  return [
+    ...swarms.flatMap((swarm) => [...legacySubjectsOfSwarm(swarm), ...legacyMarkSubjectPatterns(swarm)]),
+    ...SWARM_STATE_BUCKETS.map((bucket) => `$KV.${bucket}.>`),
+  ];
+}
+
 /** The grant a member's credential carries under `decision`. */
 export function renderMemberGrant(memberId: string, decision: GrantDecision): NatsGrant {
   const inboxPrefix = inboxPrefixOf(memberId);
@@ -111,7 +141,7 @@ export function renderMemberGrant(memberId: string, decision: GrantDecision): Na
       ...swarmStreams(swarm).flatMap((stream) => [...streamApiSubjects(stream.name), ...streamApiSubjects(stream.legacyName)]),
       slotRequestSubject(swarm, memberId),
     ]),
-    publishDeny: [],
+    publishDeny: scopedPublishDeny(swarms),
     subscribeAllow: [...swarms.map((swarm) => `${swarmSubjectPrefix(swarm)}.>`), inbox],
     subscribeDeny: [],
     inboxPrefix,

@@ -17,10 +17,10 @@ import { safeErrorFields, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
 import { HiveAccountPublisher } from "./account-claims.js";
 import { SwarmError } from "./errors.js";
-import { HiveHub } from "./hive-hub.js";
+import { HiveHub, type StoreSwarms } from "./hive-hub.js";
 import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
 import { busModeFromEnv } from "./bus/config.js";
-import { HubBus } from "./hub-bus.js";
+import { EVENT_ONLY_STREAM_DESCRIPTION, HubBus } from "./hub-bus.js";
 import { HubStateFile } from "./hub-store.js";
 import { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
 import { openSignerStore, SIGNER_ENV } from "./signer-store.js";
@@ -135,11 +135,12 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
       broker: hubBroker,
       env: options.env,
       log: options.log,
-      memberSwarms: async () => [...new Set((await hub.listMembers()).members.flatMap((m) => m.swarms))].sort(),
+      memberSwarms: () => hub.namedSwarms(),
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
       ...(options.pausePoints === undefined ? {} : { pausePoints: options.pausePoints }),
     });
     hub.useMigrator(bus);
+    hub.useProvisioner(bus);
     const stopBusSync = hub.onModeChange(() => void bus.sync());
     return {
       hub,
@@ -182,16 +183,25 @@ async function bothConnected(brokers: readonly BrokerConnection[], timeoutMs: nu
   for (const unsubscribe of unsubscribes) unsubscribe();
 }
 
-/** Every swarm with a stream on the server, in either name format (sorted). */
-export async function swarmsInStore(hubBroker: BrokerConnection): Promise<string[]> {
-  const swarms = new Set<string>();
+/**
+ * The swarms with a stream on the server, in either name format (sorted):
+ * `inStore` when one of its streams was not created by the hub for an
+ * event alone (the hub marks those with EVENT_ONLY_STREAM_DESCRIPTION),
+ * `eventOnly` when every one of them was. Only the hub creates streams in
+ * the hive account (no member grant allows it), so the mark is the hub's.
+ */
+export async function swarmsInStore(hubBroker: BrokerConnection): Promise<StoreSwarms> {
+  const inStore = new Set<string>();
+  const eventOnly = new Set<string>();
   try {
-    for await (const name of hubBroker.jetstreamManager().streams.names()) {
-      const swarm = swarmOfStream(name);
-      if (swarm !== undefined && isSwarmName(swarm)) swarms.add(swarm);
+    for await (const info of hubBroker.jetstreamManager().streams.list()) {
+      const swarm = swarmOfStream(info.config.name);
+      if (swarm === undefined || !isSwarmName(swarm)) continue;
+      if (info.config.description === EVENT_ONLY_STREAM_DESCRIPTION) eventOnly.add(swarm);
+      else inStore.add(swarm);
     }
   } catch (error) {
     throw new SwarmError("swarm_unavailable", "the swarms in the store cannot be listed: the NATS server cannot be reached", { cause: error });
   }
-  return [...swarms].sort();
+  return { inStore: [...inStore].sort(), eventOnly: [...eventOnly].filter((swarm) => !inStore.has(swarm)).sort() };
 }

@@ -14,6 +14,12 @@
  * A record whose field is not an object of lists, or that names a swarm
  * that is not a valid subject token, is refused with the specification's
  * exact texts; nothing is minted from it.
+ *
+ * The record is read strictly: a top-level key it does not define is
+ * refused, naming the key. A lenient reader would take a `member_swarms`
+ * file that holds the map itself (`{"hive-a": ["rig"]}`, without the
+ * `member_swarms` key) for a record with no field, and every credential
+ * minted from it would silently be unscoped.
  */
 import type { KeyPair } from "@nats-io/nkeys";
 import { Secret } from "../config/index.js";
@@ -59,15 +65,29 @@ export function memberSwarmsJson(memberSwarms: MemberSwarms): Record<string, str
   return out;
 }
 
+/** Which document of a signer record is parsed: its keys and what the refusal of an unknown key says. */
+export type RecordDocument = "hub" | "file";
+
+/** The top-level keys each document may hold. */
+export const RECORD_KEYS: Readonly<Record<RecordDocument, readonly string[]>> = Object.freeze({
+  hub: Object.freeze(["signing_key", "member_swarms"]),
+  file: Object.freeze(["member_swarms"]),
+});
+
 /**
- * Parses a record object: `signing_key` (when `expectSigningKey`) and the
- * optional `member_swarms`. Throws `swarm_invalid`.
+ * Parses a record object: the optional `signing_key` and `member_swarms`.
+ * `document` says which keys it may hold: a `hub:` record holds
+ * `signing_key` and `member_swarms`; a `file:` folder's `member_swarms`
+ * file holds `member_swarms` only. Throws `swarm_invalid`, for an unknown
+ * top-level key with a message that names it.
  */
-export function parseRecordObject(value: unknown): { signingKey: Secret | undefined; memberSwarms: MemberSwarms | undefined } {
+export function parseRecordObject(value: unknown, document: RecordDocument = "hub"): { signingKey: Secret | undefined; memberSwarms: MemberSwarms | undefined } {
   if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new SwarmError("swarm_invalid", "the signer record must be a JSON object");
+    throw new SwarmError("swarm_invalid", document === "file" ? unknownKeysText(document, []) : "the signer record must be a JSON object");
   }
   const record = value as Record<string, unknown>;
+  const unknown = Object.keys(record).filter((key) => !RECORD_KEYS[document].includes(key));
+  if (unknown.length > 0) throw new SwarmError("swarm_invalid", unknownKeysText(document, unknown));
   const seed = record["signing_key"];
   if (seed !== undefined && typeof seed !== "string") throw signingKeyError();
   return {
@@ -99,6 +119,26 @@ export function checkSigningKey(seed: string): Secret {
 /** The key pair of a record's signing key. */
 export function signingKeyPair(record: SignerRecord): KeyPair {
   return NativeKeyPair.fromSeed(record.signingKey.reveal());
+}
+
+/**
+ * The refusal of unknown top-level keys. Keys are quoted (clipped, at most
+ * five of them) so the operator finds them; a key is a member id or a typo,
+ * never a secret the record holds (the signing key is a value).
+ */
+export function unknownKeysText(document: RecordDocument, keys: readonly string[]): string {
+  const shown = keys.slice(0, 5).map((key) => `'${displayKey(key)}'`);
+  if (keys.length > 5) shown.push(`and ${keys.length - 5} more`);
+  const named = keys.length === 0 ? "" : ` (unknown top-level ${keys.length === 1 ? "key" : "keys"} ${shown.join(", ")})`;
+  if (document === "file") {
+    return `the member_swarms file of a file: signer record must hold one JSON object with the single key member_swarms, such as {"member_swarms": {"hive-a": ["rig"]}}${named}`;
+  }
+  return `the signer record holds only signing_key and member_swarms${named}`;
+}
+
+function displayKey(key: string): string {
+  const clipped = [...key].length > 64 ? `${[...key].slice(0, 64).join("")}…` : key;
+  return clipped.replace(/[\u0000-\u001f\u007f']/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
 function shapeError(): SwarmError {

@@ -3,7 +3,9 @@
  *
  * - `file:<folder>` — a folder the operator manages: `signing_key` holds
  *   the account signing key seed, and an optional `member_swarms` file holds
- *   the same object as the record field (`{"member_swarms": {…}}`). Laneway
+ *   one JSON object whose single key is `member_swarms`
+ *   (`{"member_swarms": {"hive-a": ["rig"]}}`); the map alone, or any other
+ *   key, is refused naming the key (never read as "no field"). Laneway
  *   reads it on every join and refresh and never writes it: `hive scope`
  *   refuses it and `hive invite` does not list members in it.
  * - `hub:<name>` (the default, `hub:nats-signer`) — a record Laneway keeps
@@ -106,9 +108,10 @@ class FileSignerStore implements SignerRecordStore {
 
   async read(): Promise<SignerRecord> {
     const seed = (await readText(join(this.folder, "signing_key"), true))!;
-    const { signingKey } = parseRecordObject({ signing_key: seed });
+    const { signingKey } = parseRecordObject({ signing_key: seed }, "hub");
     const text = await readText(join(this.folder, "member_swarms"), false);
-    const memberSwarms = text === undefined ? undefined : parseRecordObject(parseRecordJson(text)).memberSwarms;
+    // The file holds {"member_swarms": {...}} and nothing else: the map alone is refused, never read as "no field".
+    const memberSwarms = text === undefined ? undefined : parseRecordObject(parseRecordJson(text), "file").memberSwarms;
     return { signingKey: signingKey!, memberSwarms };
   }
 
@@ -143,7 +146,7 @@ class HubSignerStore implements SignerRecordStore {
 
   async #readObject(): Promise<{ raw: Record<string, unknown>; record: SignerRecord }> {
     const raw = parseRecordJson((await readText(this.path, true))!);
-    const { signingKey, memberSwarms } = parseRecordObject(raw);
+    const { signingKey, memberSwarms } = parseRecordObject(raw, "hub");
     if (signingKey === undefined) throw new SwarmError("swarm_invalid", "the signer record has no signing_key");
     return { raw: raw as Record<string, unknown>, record: { signingKey, memberSwarms } };
   }

@@ -17,6 +17,18 @@
  * Existing streams with underscore separators stay readable, so grants
  * carry both formats of each owned resource. The credential grants (in
  * member-grant.ts) and the scoped bus both take their names from here.
+ *
+ * Migration marks (the pending mark of a migration into a queue, state or
+ * dead-letter stream) live in the target stream on a hub-only subject,
+ * outside every member's grant: `laneway.migration.<swarm>.queue.<lane>`,
+ * `laneway.migration.<swarm>.state.<bucket>` and
+ * `laneway.migration.<swarm>.dead`. The hub adds that subject to the
+ * target stream's subjects; a member reads the mark with the message get
+ * its grant allows on its own stream, and cannot write it: no member grant
+ * allows publishing under `laneway.`. Earlier versions kept marks under
+ * the swarm's own prefix (`swarm.<swarm>.queue.<lane>.$migration`, …),
+ * which every member of the swarm could publish to; those subjects are now
+ * denied to members ({@link legacyMarkSubjectPatterns}).
  */
 import { createHash } from "node:crypto";
 
@@ -67,6 +79,24 @@ export interface SwarmStream {
   readonly lane?: SwarmLane;
   /** The bucket, for a state stream. */
   readonly bucket?: string;
+  /** The hub-only subject of the stream's migration mark (queue, state and dead-letter streams). */
+  readonly markSubject?: string;
+}
+
+/** The prefix of every migration mark subject: only the hub publishes under it. */
+export const MIGRATION_MARK_PREFIX = "laneway.migration";
+
+/** Where the pending mark of a migration into a swarm's resource lives (a hub-only subject). */
+export function migrationMarkSubject(swarm: string, kind: "queue" | "state" | "dead", resource?: string): string {
+  return kind === "dead" ? `${MIGRATION_MARK_PREFIX}.${swarm}.dead` : `${MIGRATION_MARK_PREFIX}.${swarm}.${kind}.${resource}`;
+}
+
+/** The reserved last token of the mark subjects of earlier versions (under the swarm's own prefix). */
+export const LEGACY_MARK_TOKEN = "$migration";
+
+/** The mark subjects of earlier versions, as permission patterns of one swarm (denied to members). */
+export function legacyMarkSubjectPatterns(swarm: string): readonly string[] {
+  return [`swarm.${swarm}.queue.*.${LEGACY_MARK_TOKEN}`, `swarm.${swarm}.state.*.${LEGACY_MARK_TOKEN}`, `swarm.${swarm}.dead.${LEGACY_MARK_TOKEN}`];
 }
 
 const PREFIX = "AGENTIHOOKS";
@@ -93,7 +123,14 @@ export function eventsStream(swarm: string): SwarmStream {
 
 export function deadStream(swarm: string): SwarmStream {
   const hex = swarmHex(swarm);
-  return { swarm, kind: "dead", name: `${PREFIX}-${hex}-DEAD`, legacyName: `${PREFIX}_${hex}_DEAD`, subjects: [`swarm.${swarm}.dead.>`] };
+  return {
+    swarm,
+    kind: "dead",
+    name: `${PREFIX}-${hex}-DEAD`,
+    legacyName: `${PREFIX}_${hex}_DEAD`,
+    subjects: [`swarm.${swarm}.dead.>`],
+    markSubject: migrationMarkSubject(swarm, "dead"),
+  };
 }
 
 export function queueStream(swarm: string, lane: SwarmLane): SwarmStream {
@@ -105,6 +142,7 @@ export function queueStream(swarm: string, lane: SwarmLane): SwarmStream {
     name: `${PREFIX}-${hex}-${digestComponent(`QUEUE_${lane}`)}`,
     legacyName: `${PREFIX}_${hex}_QUEUE_${lane}`,
     subjects: [`swarm.${swarm}.queue.${lane}.>`],
+    markSubject: migrationMarkSubject(swarm, "queue", lane),
   };
 }
 
@@ -117,6 +155,7 @@ export function stateStream(swarm: string, bucket: string): SwarmStream {
     name: `${PREFIX}-${hex}-${digestComponent(`STATE_${bucket}`)}`,
     legacyName: `${PREFIX}_${hex}_STATE_${bucket}`,
     subjects: [`swarm.${swarm}.state.${bucket}.>`],
+    markSubject: migrationMarkSubject(swarm, "state", bucket),
   };
 }
 

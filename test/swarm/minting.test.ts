@@ -8,7 +8,7 @@ import { ErrorDetailSchema } from "../../gen/laneway/errors/v1/errors_pb.js";
 import type { MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { runCli } from "../../src/cli/main.js";
 import type { WireProtocol } from "../../src/client/transport.js";
-import { renderMemberGrant, streamApiSubjects, swarmStreams } from "../../src/swarm/index.js";
+import { renderMemberGrant, scopedPublishDeny, streamApiSubjects, swarmStreams } from "../../src/swarm/index.js";
 import {
   connectWithCreds,
   createFileSigner,
@@ -114,7 +114,8 @@ function expectGrantOf(row: number, memberId: string, credential: MemberCredenti
       `slots.${swarm}.${memberId}`,
     ]);
     expect(new Set(claims.pub.allow)).toEqual(new Set(owned));
-    expect(claims.pub.deny ?? []).toEqual([]);
+    // Deny rules win over the swarm prefix: the legacy subjects of the member's swarms and the old mark subjects.
+    expect(claims.pub.deny).toEqual([...scopedPublishDeny(["demo", "rig"])]);
     expect(claims.sub.allow).toEqual(["swarm.demo.>", "swarm.rig.>", `_INBOX.${memberId}.>`]);
     // Nothing grants creation, the legacy global streams, the hub's slot buckets or another swarm.
     const all = JSON.stringify(claims);

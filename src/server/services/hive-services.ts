@@ -3,10 +3,13 @@ import { durationMs, timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   HiveHubService,
+  ListSwarmsResponseSchema,
   MemberScopeSchema,
   MigrationOutcome,
   MigrationProgressSchema,
   RetiredMemberSchema,
+  ServiceUserAction,
+  ServiceUserOutcomeSchema,
   type MigrateDeadRequest,
   type MigrateQueueRequest,
   type MigrateResponse,
@@ -24,6 +27,8 @@ import type {
   MigrationResult,
   QueuePolicy,
   RetiredListing,
+  ServiceUserOutcome,
+  SwarmsListing,
 } from "../../swarm/index.js";
 import { principalOf } from "../auth.js";
 
@@ -45,7 +50,7 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
       return { members: outcome.members.map(memberScope), created: outcome.created, swarms: [...outcome.swarms] };
     },
     async invite(req) {
-      const outcome = await hub().invite(req.memberId, { busUrl: req.busUrl, swarms: req.swarms });
+      const outcome = await hub().invite(req.memberId, { busUrl: req.busUrl, swarms: req.swarms, requireMemberSwarms: req.requireMemberSwarms });
       return {
         memberId: outcome.memberId,
         inviteSecret: outcome.secret,
@@ -68,6 +73,32 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
         publishDeny: [...grant.publishDeny],
         swarms: [...grant.swarms],
         inboxPrefix: grant.inboxPrefix,
+      };
+    },
+    async listSwarms() {
+      return swarmsListing(await hub().listSwarms());
+    },
+    async nameSwarms(req) {
+      return { swarms: swarmsListing(await hub().nameSwarms(req.swarms)) };
+    },
+    async trustServiceUsers(req) {
+      const outcome = await hub().trustServiceUsers({
+        users: req.users.map((u) => ({
+          name: u.name,
+          publishAllow: u.publishAllow,
+          publishDeny: u.publishDeny,
+          subscribeAllow: u.subscribeAllow,
+          subscribeDeny: u.subscribeDeny,
+          heldPublicKey: u.heldPublicKey === "" ? undefined : u.heldPublicKey,
+        })),
+        retired: req.retired.map((r) => ({ name: r.name, heldPublicKey: r.heldPublicKey === "" ? undefined : r.heldPublicKey })),
+        dryRun: req.dryRun,
+      });
+      return {
+        users: outcome.users.map(serviceUserOutcome),
+        retired: outcome.retired.map(serviceUserOutcome),
+        unlisted: [...outcome.unlisted],
+        dryRun: outcome.dryRun,
       };
     },
     async retireMember(req) {
@@ -155,7 +186,35 @@ const outcomes: Readonly<Record<MigrationResult["outcome"], MigrationOutcome>> =
   moved: MigrationOutcome.MOVED,
   "already-complete": MigrationOutcome.ALREADY_COMPLETE,
   "nothing-to-move": MigrationOutcome.NOTHING_TO_MOVE,
+  owned: MigrationOutcome.OWNED,
 };
+
+const serviceUserActions: Readonly<Record<ServiceUserOutcome["action"], ServiceUserAction>> = {
+  signed: ServiceUserAction.SIGNED,
+  resigned: ServiceUserAction.RESIGNED,
+  unchanged: ServiceUserAction.UNCHANGED,
+  revoked: ServiceUserAction.REVOKED,
+  "already-retired": ServiceUserAction.ALREADY_RETIRED,
+};
+
+function serviceUserOutcome(o: ServiceUserOutcome) {
+  return create(ServiceUserOutcomeSchema, {
+    name: o.name,
+    action: serviceUserActions[o.action],
+    creds: o.creds ?? "",
+    publicKey: o.publicKey,
+    revokedKeys: o.revokedKeys,
+    why: o.why ?? "",
+  });
+}
+
+function swarmsListing(listing: SwarmsListing) {
+  return create(ListSwarmsResponseSchema, {
+    defaultSwarms: [...listing.defaultSwarms],
+    named: listing.named.map((n) => ({ swarm: n.swarm, inRecord: n.inRecord, byCommand: n.byCommand, inStore: n.inStore })),
+    unnamed: listing.unnamed.map((u) => ({ swarm: u.swarm, events: BigInt(u.events) })),
+  });
+}
 
 function finalProgress(result: MigrationResult): MigrationProgress {
   return create(MigrationProgressSchema, {

@@ -59,6 +59,8 @@ export const BUS_OWN_TEXTS = Object.freeze({
   invalidQueueName: (name: string) => `queue '${shown(name)}' is not a valid queue name`,
   invalidSubject: (subject: string) => `subject '${shown(subject)}' is not a valid subject for this call`,
   tooManyKeys: (max: number) => `a state migration names at most ${max} keys`,
+  legacyKeyMissing: (key: string, legacy: string) =>
+    `legacy key '${shown(key)}' has no revision in ${shown(legacy)}; name keys the legacy bucket holds, or take ownership of the bucket with no legacy keys (laneway hive migrate state <swarm> <bucket> --no-legacy-keys)`,
   revisionConflict: (key: string) => `state key '${shown(key)}' is not at the expected revision`,
   notJson: "the event must be a JSON object",
   closed: "the bus is closed",
@@ -89,6 +91,31 @@ export class MigrationIncompleteError extends SwarmError {
 export class MigrationRefusedError extends SwarmError {
   constructor(message: string, options?: { cause?: unknown }) {
     super("swarm_conflict", message, options);
+  }
+}
+
+/** The command that gives a swarm ownership of a bucket's state: `laneway hive migrate state <swarm> <bucket> <keys or --no-legacy-keys>`. */
+export function ownStateCommand(swarm: string, bucket: string, rest: string): string {
+  return `laneway hive migrate state ${shown(swarm)} ${shown(bucket)} ${rest}`;
+}
+
+/**
+ * A scoped state stream the hub does not create because the legacy
+ * `KV_<bucket>` still holds entries: the specification's `legacy state
+ * requires explicit key ownership`, with the swarm and bucket it concerns
+ * (for the hub's log and the resolving command).
+ */
+export class LegacyStateOwnershipError extends MigrationRefusedError {
+  /** Every bucket of the swarm whose state stream was not created for this reason (provisioning collects them). */
+  readonly buckets: readonly string[];
+
+  constructor(
+    readonly swarm: string,
+    readonly bucket: string,
+    buckets: readonly string[] = [bucket],
+  ) {
+    super(BUS_TEXTS.legacyStateOwnership);
+    this.buckets = Object.freeze([...buckets]);
   }
 }
 

@@ -32,7 +32,9 @@ export {
   BusPermissionError,
   BusRefusedError,
   BusResourceMissingError,
+  LegacyStateOwnershipError,
   MigrationIncompleteError,
+  ownStateCommand,
   MigrationRefusedError,
   StateRevisionConflictError,
 } from "./errors.js";
@@ -59,7 +61,7 @@ export { type BusMessage, type Published, type ReadOptions, type ReadPage } from
 export { type DeadLetterOptions } from "./dead-letters.js";
 export { isStateKey, StateBucket, type PutOptions, type StateEntry } from "./state.js";
 export { MAX_MIGRATION_KEYS, MIGRATION_PAUSE_POINTS, type MigrationOptions, type MigrationProgress, type MigrationResult } from "./migration.js";
-export { readMark, type MigrationMark } from "./migration-mark.js";
+export { adoptLegacyMark, readMark, type MigrationMark } from "./migration-mark.js";
 export {
   BusConfiguredConsumerError,
   EventFanIn,
@@ -70,7 +72,7 @@ export {
   type FanInSource,
   type FannedInEvent,
 } from "./fan-in.js";
-export { swarmStreamConfig } from "./streams.js";
+export { missingStreamText, swarmStreamConfig } from "./streams.js";
 export {
   BUS_HEADERS,
   deadMarkSubject,
@@ -78,6 +80,7 @@ export {
   kvKeySubject,
   LEGACY_DEAD_SUBJECTS,
   legacyDeadSubject,
+  legacyMarkSubjectOf,
   legacyQueueConsumerName,
   legacyQueueStreamName,
   MARK_TOKEN,

@@ -1,13 +1,24 @@
 /**
  * The pending mark of a migration.
  *
- * Where it lives: a JSON message on the reserved subject
- * `swarm.<swarm>.<queue.<lane>|state.<bucket>|dead>.$migration` inside the
- * target stream itself (names.ts). A member reads it with the one read its
- * grant allows on its own streams, `$JS.API.STREAM.MSG.GET.<stream>` (last
- * message of the subject); nats-server 2.9.10 has no stream metadata, and
- * a stream description could not be changed atomically against a racing
- * migration, so a message it is.
+ * Where it lives: a JSON message on the hub-only subject
+ * `laneway.migration.<swarm>.<queue.<lane>|state.<bucket>|dead>` inside the
+ * target stream itself (stream-names.ts; the hub adds the subject to the
+ * stream). A member reads it with the one read its grant allows on its own
+ * streams, `$JS.API.STREAM.MSG.GET.<stream>` (last message of the
+ * subject), and cannot write it: no member grant allows publishing under
+ * `laneway.`, so a member can neither mark a pending migration complete
+ * nor a completed one pending. nats-server 2.9.10 has no stream metadata,
+ * and a stream description could not be changed atomically against a
+ * racing migration, so a message it is.
+ *
+ * Earlier versions kept the mark on `swarm.<swarm>.….$migration`, under the
+ * swarm's own prefix, where members could write it. Those marks are no
+ * longer read by members. The hub adopts one (copies it to the hub-only
+ * subject) when it provisions the swarm or migrates the resource and finds
+ * no mark of its own, and only a mark that names the resource's own legacy
+ * source ({@link adoptLegacyMark}), so a pending migration of an earlier
+ * version resumes after an upgrade.
  *
  * How it changes: each write expects the subject's last sequence to be the
  * one the writer read (`Nats-Expected-Last-Subject-Sequence`), so two hubs
@@ -22,6 +33,7 @@
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import { BUS_OWN_TEXTS, busFailure, jetStreamCode, MigrationIncompleteError, MigrationRefusedError } from "./errors.js";
 import { lastMessage } from "./stream-reader.js";
+import { legacyMarkSubjectOf } from "./names.js";
 
 const WRONG_LAST_SEQUENCE = 10071;
 
@@ -106,4 +118,37 @@ export async function pruneMarks(jsm: JetStreamManager, stream: string, subject:
 export async function refuseWhilePending(jsm: JetStreamManager, stream: string, subject: string, resource: "queue" | "state"): Promise<void> {
   const stored = await readMark(jsm, stream, subject);
   if (stored?.mark.status === "pending") throw new MigrationIncompleteError(resource);
+}
+
+/** What a mark of an earlier version must say to be adopted: its kind and the legacy sources it may name. */
+export interface AdoptableMark {
+  readonly kind: "queue" | "state" | "dead";
+  /** The legacy streams a migration of this resource copies from. */
+  readonly sources: readonly string[];
+}
+
+/**
+ * Copies the mark an earlier version left on the swarm-prefixed subject
+ * (`….$migration`) of `stream` to the hub-only `subject`, when the stream
+ * holds no mark there yet and the old one is well formed, of the expected
+ * kind and names one of the expected legacy sources. Anything else is left
+ * unread (a member may have written it). Returns the adopted mark, or
+ * undefined. Called by the hub only (it writes the mark).
+ */
+export async function adoptLegacyMark(js: JetStreamClient, jsm: JetStreamManager, stream: string, subject: string, expected: AdoptableMark): Promise<StoredMark | undefined> {
+  if ((await lastMessage(jsm, stream, subject)) !== null) return undefined;
+  const legacySubject = legacyMarkSubjectOf(subject);
+  if (legacySubject === undefined) return undefined;
+  const old = await lastMessage(jsm, stream, legacySubject);
+  if (old === null) return undefined;
+  let mark: MigrationMark;
+  try {
+    mark = JSON.parse(Buffer.from(old.data).toString("utf8")) as MigrationMark;
+  } catch {
+    return undefined;
+  }
+  if (typeof mark !== "object" || mark === null || mark.version !== 1 || mark.kind !== expected.kind) return undefined;
+  if ((mark.status !== "pending" && mark.status !== "complete") || !expected.sources.includes(mark.source)) return undefined;
+  const seq = await writeMark(js, subject, mark, 0);
+  return { mark, seq };
 }

@@ -65,11 +65,11 @@ import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import { noPausePoints, type PausePoints } from "../../fault-injection/pause-points.js";
 import type { Consumer, JsMsg, StoredMsg } from "@nats-io/jetstream";
 import { createHash } from "node:crypto";
-import { deadLetterSubject, deadStream, stateStream, type SwarmLane } from "../stream-names.js";
+import { deadLetterSubject, deadStream, GLOBAL_STREAMS, stateStream, type SwarmLane, type SwarmStream } from "../stream-names.js";
 import { swarmNameProblem } from "../swarm-names.js";
 import type { QueuePolicy } from "./config.js";
 import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, MigrationRefusedError } from "./errors.js";
-import { pruneMarks, readMark, writeMark, type MigrationMark, type RecordedRevisions } from "./migration-mark.js";
+import { adoptLegacyMark, pruneMarks, readMark, writeMark, type AdoptableMark, type MigrationMark, type RecordedRevisions } from "./migration-mark.js";
 import {
   BUS_HEADERS,
   deadMarkSubject,
@@ -132,8 +132,13 @@ export interface MigrationResult {
   readonly target: string;
   /** The legacy stream, when there was one. */
   readonly source: string | undefined;
-  /** `moved`: this run completed the migration; `already-complete`: a repeat of a finished one; `nothing-to-move`: no legacy data (no mark written). */
-  readonly outcome: "moved" | "already-complete" | "nothing-to-move";
+  /**
+   * `moved`: this run completed the migration; `already-complete`: a repeat
+   * of a finished one; `nothing-to-move`: no legacy data (no mark written);
+   * `owned`: a state migration with no key recorded the swarm's ownership of
+   * the bucket with no legacy key.
+   */
+  readonly outcome: "moved" | "already-complete" | "nothing-to-move" | "owned";
   readonly copied: number;
   readonly skipped: number;
   readonly total: number;
@@ -146,7 +151,12 @@ export interface MigrationContext {
   readonly provisioning: boolean;
 }
 
-/** Moves the named keys of `KV_<bucket>` into the swarm's state stream. */
+/**
+ * Moves the named keys of `KV_<bucket>` into the swarm's state stream. With
+ * no key, the swarm takes ownership of the bucket with no legacy key (its
+ * state stream is created over a legacy bucket that holds other swarms'
+ * entries) and a complete mark with no key records it: outcome `owned`.
+ */
 export async function migrateState(ctx: MigrationContext, swarm: string, bucket: string, keys: readonly string[], options: MigrationOptions = {}): Promise<MigrationResult> {
   guard(ctx, swarm);
   if (!isBucketName(bucket)) throw new BusRefusedError(BUS_OWN_TEXTS.invalidBucket(bucket));
@@ -163,7 +173,7 @@ export async function migrateState(ctx: MigrationContext, swarm: string, bucket:
   // The target exists before the mark (the mark lives in it); it is created over a non-empty bucket only here, with the keys named.
   const resource = stateStream(swarm, bucket);
   const target = (await streams.existingSwarmStream(resource)) ?? (await streams.swarmStream(resource, { explicitOwnership: true }));
-  const stored = await readMark(jsm, target, markSubject);
+  const stored = await markOf(streams, target, resource, markSubject, { kind: "state", sources: [legacy] });
   const legacyInfo = await streams.info(legacy);
   const current = new Map<string, StoredMsg[]>();
   await eachLimited(owned, 16, async (key) => {
@@ -185,6 +195,9 @@ export async function migrateState(ctx: MigrationContext, swarm: string, bucket:
   /** Keys whose legacy revisions a killed run already purged (after copying them all). */
   const cleaned = new Set<string>();
   if (stored === undefined) {
+    // A fresh migration moves keys the legacy bucket holds: a key without a revision is a wrong name, not an empty ownership.
+    const missing = owned.find((key) => current.get(key)!.length === 0);
+    if (missing !== undefined) throw new MigrationRefusedError(BUS_OWN_TEXTS.legacyKeyMissing(missing, legacy));
     const targetInfo = await streams.info(target);
     if (targetInfo === undefined) throw busFailure(new Error("target vanished"), "reading the scoped state stream");
     if (targetInfo.state.messages > 0) throw new MigrationRefusedError(BUS_OWN_TEXTS.stateTargetHasLiveWrites);
@@ -248,7 +261,7 @@ export async function migrateState(ctx: MigrationContext, swarm: string, bucket:
   }
   pause.reached("migration-before-complete", `state:${swarm}`);
   await complete(streams, target, markSubject, { version: 1, kind: "state", status: "complete", source: legacy, keys: owned, revisions: recorded, copied, skipped }, markSeq);
-  return { ...base, outcome: "moved", copied, skipped, total };
+  return { ...base, outcome: owned.length === 0 ? "owned" : "moved", copied, skipped, total };
 }
 
 /** Moves the undelivered work of legacy queue `name` (`swarm.<swarm>.ready.<lane>`) into the swarm's lane queue. */
@@ -265,7 +278,7 @@ export async function migrateQueue(ctx: MigrationContext, swarm: string, name: s
   const target = await streams.swarmStream(route.stream);
   await streams.laneConsumer(target, swarm, lane, policy);
   const markSubject = queueMarkSubject(swarm, lane);
-  const stored = await readMark(jsm, target, markSubject);
+  const stored = await markOf(streams, target, route.stream, markSubject, { kind: "queue", sources: [legacy] });
   const legacyInfo = await streams.info(legacy);
   const base = { resource: "queue" as const, swarm, target, source: legacyInfo === undefined ? undefined : legacy };
   const pending = stored?.mark.status === "pending" ? stored : undefined;
@@ -369,7 +382,7 @@ export async function migrateDead(ctx: MigrationContext, swarm: string, options:
   const target = await streams.swarmStream(deadStream(swarm));
   const markSubject = deadMarkSubject(swarm);
   const sourceSubject = legacyDeadSubject(swarm);
-  const stored = await readMark(jsm, target, markSubject);
+  const stored = await markOf(streams, target, deadStream(swarm), markSubject, DEAD_MARK_SOURCES);
   const pending = stored?.mark.status === "pending" ? stored : undefined;
 
   let source: string | undefined;
@@ -413,6 +426,36 @@ export async function migrateDead(ctx: MigrationContext, swarm: string, options:
   pause.reached("migration-before-complete", `dead:${swarm}`);
   await complete(streams, target, markSubject, { version: 1, kind: "dead", status: "complete", source, startSeq, copied, skipped }, markSeq);
   return { resource: "dead", swarm, target, source, outcome: "moved", copied, skipped, total };
+}
+
+/** What a dead-letter mark of an earlier version may name as its source. */
+const DEAD_MARK_SOURCES: AdoptableMark = { kind: "dead", sources: [GLOBAL_STREAMS.legacyDead, GLOBAL_STREAMS.dead] };
+
+/**
+ * The target's mark, once the target captures the mark's hub-only subject;
+ * a mark an earlier version left under the swarm's prefix is adopted first
+ * when it names this resource's legacy source (migration-mark.ts).
+ */
+async function markOf(streams: BusStreams, target: string, resource: SwarmStream, subject: string, expected: AdoptableMark) {
+  await streams.ensureMarkSubject(target, resource);
+  const adopted = await adoptLegacyMark(streams.js(), streams.jsm(), target, subject, expected);
+  return adopted ?? (await readMark(streams.jsm(), target, subject));
+}
+
+/**
+ * Provisioning: makes a swarm's queue, state or dead-letter stream capture
+ * its mark's hub-only subject, and adopts a mark an earlier version left on
+ * it (so members see a migration that was pending across an upgrade).
+ */
+export async function prepareMarkSubject(streams: BusStreams, target: string, resource: SwarmStream): Promise<void> {
+  if (resource.markSubject === undefined) return;
+  const expected: AdoptableMark =
+    resource.kind === "dead"
+      ? DEAD_MARK_SOURCES
+      : resource.kind === "queue"
+        ? { kind: "queue", sources: [legacyQueueStreamName(`swarm.${resource.swarm}.ready.${resource.lane}`)] }
+        : { kind: "state", sources: [`KV_${resource.bucket}`] };
+  await markOf(streams, target, resource, resource.markSubject, expected);
 }
 
 function guard(ctx: MigrationContext, swarm: string): void {

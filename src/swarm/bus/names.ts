@@ -13,15 +13,17 @@
  * | a queue named `<name>` | `AGENTIHOOKS_QUEUE_<name, '.' as '_'>` (work queue) | `<name>` | the one durable consumer on the stream (created as the name's last token) |
  * | state bucket | `KV_<bucket>` (a JetStream KV bucket) | `$KV.<bucket>.<key>` | none |
  *
- * Migration marks: a migration writes its pending mark as a message on a
- * reserved subject inside the target stream itself, so that a member can
- * read it with nothing but its grant (`$JS.API.STREAM.MSG.GET.<stream>`,
- * last message of the subject). The reserved last token `$migration` can
- * never be a state key (keys allow no `$`), is never offered to (offers go
- * to `…queue.<lane>.work`, and the lane consumer filters on that subject),
- * and readers of events and dead letters skip it.
+ * Migration marks: a migration writes its pending mark as a message inside
+ * the target stream, on a hub-only subject (stream-names.ts,
+ * `laneway.migration.<swarm>.…`) that the hub adds to the stream's
+ * subjects. A member reads it with nothing but its grant
+ * (`$JS.API.STREAM.MSG.GET.<stream>`, last message of the subject) and no
+ * member grant lets it publish there. The mark subjects of earlier
+ * versions, which ended in the reserved token `$migration` under the
+ * swarm's own prefix, are denied to members and no longer read; readers of
+ * events and dead letters still skip them.
  */
-import { swarmSubjectPrefix, type SwarmLane } from "../stream-names.js";
+import { LEGACY_MARK_TOKEN, MIGRATION_MARK_PREFIX, migrationMarkSubject, type SwarmLane } from "../stream-names.js";
 
 /** Headers the bus writes. */
 export const BUS_HEADERS = Object.freeze({
@@ -41,27 +43,41 @@ export const BUS_HEADERS = Object.freeze({
   kvOperation: "KV-Operation",
 });
 
-/** The reserved last token of a migration mark subject. */
-export const MARK_TOKEN = "$migration";
+/** The reserved last token of the mark subjects of earlier versions (under the swarm's own prefix). */
+export const MARK_TOKEN = LEGACY_MARK_TOKEN;
 
-/** Where the pending mark of a lane queue's import lives (inside the queue stream). */
+/** Where the pending mark of a lane queue's import lives (inside the queue stream, on a hub-only subject). */
 export function queueMarkSubject(swarm: string, lane: SwarmLane): string {
-  return `${swarmSubjectPrefix(swarm)}.queue.${lane}.${MARK_TOKEN}`;
+  return migrationMarkSubject(swarm, "queue", lane);
 }
 
-/** Where the pending mark of a state bucket's import lives (inside the state stream). */
+/** Where the pending mark of a state bucket's import lives (inside the state stream, on a hub-only subject). */
 export function stateMarkSubject(swarm: string, bucket: string): string {
-  return `${swarmSubjectPrefix(swarm)}.state.${bucket}.${MARK_TOKEN}`;
+  return migrationMarkSubject(swarm, "state", bucket);
 }
 
-/** Where the pending mark of the dead-letter import lives (inside the dead stream). */
+/** Where the pending mark of the dead-letter import lives (inside the dead stream, on a hub-only subject). */
 export function deadMarkSubject(swarm: string): string {
-  return `${swarmSubjectPrefix(swarm)}.dead.${MARK_TOKEN}`;
+  return migrationMarkSubject(swarm, "dead");
 }
 
-/** Whether `subject` is a reserved mark subject (readers skip it). */
+/**
+ * The subject an earlier version kept a mark on, for this version's mark
+ * subject: `laneway.migration.<swarm>.<rest>` → `swarm.<swarm>.<rest>.$migration`
+ * (denied to members now; only the hub's adoption reads it).
+ */
+export function legacyMarkSubjectOf(markSubject: string): string | undefined {
+  if (!markSubject.startsWith(`${MIGRATION_MARK_PREFIX}.`)) return undefined;
+  return `swarm.${markSubject.slice(MIGRATION_MARK_PREFIX.length + 1)}.${MARK_TOKEN}`;
+}
+
+/**
+ * Whether `subject` is a mark subject, of this version (hub-only) or of an
+ * earlier one (`….$migration`): readers skip both, and a state migration
+ * counts neither as a live write.
+ */
 export function isMarkSubject(subject: string): boolean {
-  return subject.endsWith(`.${MARK_TOKEN}`);
+  return subject.startsWith(`${MIGRATION_MARK_PREFIX}.`) || subject.endsWith(`.${MARK_TOKEN}`);
 }
 
 /** A swarm's legacy dead-letter subject: `dead.<swarm>` (also the logical name callers use). */

@@ -9,7 +9,10 @@
  * item is held for the consumer's ack wait: {@link WorkItem.ack} removes
  * it (and waits for the server to confirm), {@link WorkItem.nak} hands it
  * out again, an item neither acked nor nakked is handed out again after
- * the ack wait. Each delivery counts as an attempt; an item migrated from a
+ * the ack wait. A nak is sent as a request the server answers once it
+ * processed it, and the queue's next take waits for that answer: a take
+ * after a nak sees the nakked item (when it is due), whatever else the
+ * server was busy with. Each delivery counts as an attempt; an item migrated from a
  * legacy queue keeps the attempts it had there (`Agentihooks-Prior-Attempts`),
  * so {@link WorkItem.attempt} is the item's whole delivery count.
  *
@@ -40,9 +43,16 @@ export interface TakeOptions {
   readonly maxWaitMs?: number;
 }
 
+/** How long a take waits for the server to confirm an earlier nak of the same queue. */
+const NAK_CONFIRM_MS = 5_000;
+
+/** Sends a nak and resolves once the server processed it (or gave no answer in time). */
+type ConfirmedNak = (message: JsMsg, payload: string) => void;
+
 /** One delivery of a work item. */
 export class WorkItem {
   readonly #message: JsMsg;
+  readonly #nak: ConfirmedNak | undefined;
   #event: BusEvent | undefined | null = null;
 
   /** @internal Made by the queue. */
@@ -50,8 +60,10 @@ export class WorkItem {
     message: JsMsg,
     /** The queue's logical name. */
     readonly queue: string,
+    nak?: ConfirmedNak,
   ) {
     this.#message = message;
+    this.#nak = nak;
   }
 
   /** The item's stream sequence (its identity while it is queued). */
@@ -96,9 +108,14 @@ export class WorkItem {
     if (!confirmed) throw busFailure(new Error("ack not confirmed"), "acknowledging a work item");
   }
 
-  /** Not done: hand the item out again (after `delayMs`, if given). */
+  /** Not done: hand the item out again (after `delayMs`, if given). The queue's next take waits until the server processed it. */
   nak(delayMs?: number): void {
-    this.#message.nak(delayMs);
+    if (this.#nak === undefined || replyOf(this.#message) === undefined) {
+      this.#message.nak(delayMs);
+      return;
+    }
+    const delay = delayMs !== undefined && delayMs > 0 ? ` ${JSON.stringify({ delay: Math.floor(delayMs) * 1_000_000 })}` : "";
+    this.#nak(this.#message, `-NAK${delay}`);
   }
 
   /** Still working: restarts the ack wait. */
@@ -134,6 +151,30 @@ export class WorkQueue {
   readonly #streams: BusStreams;
   readonly #binding: QueueBinding;
   #consumer: { consumer: Consumer; js: unknown } | undefined;
+  /** Naks sent and not yet confirmed by the server. */
+  readonly #naks = new Set<Promise<void>>();
+  /** Items whose acknowledgement (of any kind) was sent, so a second one is not. */
+  readonly #settled = new WeakSet<JsMsg>();
+  readonly #confirmNak: ConfirmedNak = (message, payload) => {
+    if (this.#settled.has(message)) return;
+    this.#settled.add(message);
+    let sent: Promise<void>;
+    try {
+      sent = this.#streams
+        .nats()
+        .request(replyOf(message)!, payload, { timeout: NAK_CONFIRM_MS })
+        .then(
+          () => undefined,
+          () => undefined,
+        );
+    } catch {
+      return;
+    }
+    // Marked done on the message too, so a later ack or nak of it is not sent.
+    (message as { didAck?: boolean }).didAck = true;
+    const pending = sent.finally(() => this.#naks.delete(pending));
+    this.#naks.add(pending);
+  };
 
   /** @internal Bound by the bus (`queue(<name>)`). */
   constructor(streams: BusStreams, binding: QueueBinding) {
@@ -170,6 +211,7 @@ export class WorkQueue {
 
   /** Takes one item, waiting up to `maxWaitMs`; undefined when none came. */
   async take(options: TakeOptions = {}): Promise<WorkItem | undefined> {
+    await this.#naksConfirmed();
     const consumer = await this.#pullConsumer();
     let message: JsMsg | null;
     try {
@@ -177,16 +219,17 @@ export class WorkQueue {
     } catch (error) {
       throw busFailure(error, "taking work");
     }
-    return message === null ? undefined : new WorkItem(message, this.#binding.name);
+    return message === null ? undefined : new WorkItem(message, this.#binding.name, this.#confirmNak);
   }
 
   /** Takes up to `max` items, waiting up to `maxWaitMs` for them. */
   async takeBatch(max: number, options: TakeOptions = {}): Promise<WorkItem[]> {
+    await this.#naksConfirmed();
     const consumer = await this.#pullConsumer();
     const items: WorkItem[] = [];
     try {
       const messages = await consumer.fetch({ max_messages: Math.max(1, Math.floor(max)), expires: waitOf(options) });
-      for await (const message of messages) items.push(new WorkItem(message, this.#binding.name));
+      for await (const message of messages) items.push(new WorkItem(message, this.#binding.name, this.#confirmNak));
     } catch (error) {
       throw busFailure(error, "taking work");
     }
@@ -198,6 +241,7 @@ export class WorkQueue {
    * buffered). Stop it with `stop()`; iterate it with `for await`.
    */
   async consume(options: { maxMessages?: number } = {}): Promise<WorkStream> {
+    await this.#naksConfirmed();
     const consumer = await this.#pullConsumer();
     let messages: ConsumerMessages;
     try {
@@ -206,12 +250,18 @@ export class WorkQueue {
       throw busFailure(error, "taking work");
     }
     const name = this.#binding.name;
+    const confirmNak = this.#confirmNak;
     return {
       async *[Symbol.asyncIterator]() {
-        for await (const message of messages) yield new WorkItem(message, name);
+        for await (const message of messages) yield new WorkItem(message, name, confirmNak);
       },
       stop: () => messages.stop(),
     };
+  }
+
+  /** Waits until the server processed the naks sent so far (each bounded by its request timeout). */
+  async #naksConfirmed(): Promise<void> {
+    while (this.#naks.size > 0) await Promise.all([...this.#naks]);
   }
 
   async #pullConsumer(): Promise<Consumer> {
@@ -225,6 +275,12 @@ export class WorkQueue {
       throw busFailure(error, "binding the queue consumer");
     }
   }
+}
+
+/** The acknowledgement subject of a delivery (the client's JsMsg carries it, its interface does not name it). */
+function replyOf(message: JsMsg): string | undefined {
+  const reply = (message as unknown as { reply?: unknown }).reply;
+  return typeof reply === "string" && reply !== "" ? reply : undefined;
 }
 
 /** Items as they come; `stop()` ends the iteration. */

@@ -26,9 +26,9 @@ import { swarmNameProblem } from "../swarm-names.js";
 import { checkBusConfig, DEFAULT_QUEUE_POLICY, isProvisioning, type BusConfig, type QueuePolicy } from "./config.js";
 import { deadLetterFilters, deadLetterHeaders, deadLetterName, type DeadLetterOptions } from "./dead-letters.js";
 import { EventFanIn, type FanInOptions } from "./fan-in.js";
-import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, BusResourceMissingError, MigrationRefusedError } from "./errors.js";
+import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, BusResourceMissingError, LegacyStateOwnershipError, MigrationRefusedError } from "./errors.js";
 import { publishFirst, PublishPreference, readPage, type Published, type ReadOptions, type ReadPage } from "./events.js";
-import { migrateDead, migrateQueue, migrateState, type MigrationContext, type MigrationOptions, type MigrationResult } from "./migration.js";
+import { migrateDead, migrateQueue, migrateState, prepareMarkSubject, type MigrationContext, type MigrationOptions, type MigrationResult } from "./migration.js";
 import { refuseWhilePending } from "./migration-mark.js";
 import { queueMarkSubject, stateMarkSubject } from "./names.js";
 import { WorkQueue } from "./queue.js";
@@ -169,28 +169,35 @@ export class Bus {
 
   /**
    * The hub's provisioning of a swarm (scoped, not bind): its events,
-   * dead-letter, lane queue (with the `<lane>` consumers) and state streams.
+   * dead-letter, lane queue (with the `<lane>` consumers) and state streams,
+   * each capturing its migration mark's hub-only subject (a mark an earlier
+   * version left under the swarm's prefix is adopted there).
    * A state stream over a legacy bucket that still holds entries is not
    * created: the call creates everything else, then fails with `legacy
    * state requires explicit key ownership`.
    */
-  async provisionSwarm(swarm: string): Promise<ProvisionedSwarm> {
+  async provisionSwarm(swarm: string, options: { description?: string } = {}): Promise<ProvisionedSwarm> {
     if (!this.provisioning) throw new BusPermissionError("provisioning a swarm's streams needs a bus that is not in bind mode");
     if (!this.scoped) throw new BusRefusedError("provisioning a swarm's streams needs a scoped bus");
     this.forSwarm(swarm);
     const { streams } = this.#core;
     const out: { kind: SwarmStream["kind"]; lane?: string; bucket?: string; name: string }[] = [];
     let refusal: unknown;
+    const blocked: string[] = [];
     for (const stream of swarmStreams(swarm)) {
       try {
-        const name = await streams.swarmStream(stream);
+        const name = await streams.swarmStream(stream, options.description === undefined ? {} : { description: options.description });
         if (stream.kind === "queue") await streams.laneConsumer(name, swarm, stream.lane!);
+        await prepareMarkSubject(streams, name, stream);
         out.push({ kind: stream.kind, ...(stream.lane ? { lane: stream.lane } : {}), ...(stream.bucket ? { bucket: stream.bucket } : {}), name });
       } catch (error) {
         if (!(error instanceof MigrationRefusedError)) throw error;
+        if (error instanceof LegacyStateOwnershipError) blocked.push(error.bucket);
         refusal ??= error;
       }
     }
+    // Every bucket whose state stream waits for key ownership, in one refusal.
+    if (refusal instanceof LegacyStateOwnershipError) throw new LegacyStateOwnershipError(swarm, blocked[0]!, blocked);
     if (refusal !== undefined) throw refusal;
     return { swarm, streams: out };
   }

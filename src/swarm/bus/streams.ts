@@ -22,6 +22,9 @@
  * scoped state stream is never created over a legacy `KV_<bucket>` that
  * still holds entries (`legacy state requires explicit key ownership`);
  * only a state migration, which names the keys it owns, creates it then.
+ * Queue, state and dead-letter streams also capture the hub-only subject of
+ * their migration mark (`laneway.migration.<swarm>.…`); a provisioning bus
+ * adds it to such a stream that lacks it ({@link BusStreams.ensureMarkSubject}).
  *
  * Selections are remembered for the bus's lifetime (a failed one is not).
  */
@@ -36,10 +39,11 @@ import {
   type StreamConfig,
   type StreamInfo,
 } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
 import type { BrokerConnection } from "../../nats/index.js";
 import { GLOBAL_STREAMS, LEGACY_EVENT_SUBJECTS, legacyKvStream, queueWorkSubject, STATE_REVISIONS_PER_KEY, type SwarmLane, type SwarmStream } from "../stream-names.js";
 import { DEFAULT_QUEUE_POLICY, type QueuePolicy } from "./config.js";
-import { BUS_TEXTS, busFailure, BusResourceMissingError, jetStreamCode, MigrationRefusedError } from "./errors.js";
+import { busFailure, BusResourceMissingError, jetStreamCode, LegacyStateOwnershipError, ownStateCommand } from "./errors.js";
 import { LEGACY_DEAD_SUBJECTS } from "./names.js";
 
 const STREAM_NOT_FOUND = 10059;
@@ -70,6 +74,15 @@ export class BusStreams {
   js(): JetStreamClient {
     try {
       return this.#broker.jetstream();
+    } catch (error) {
+      throw busFailure(error, "reaching the bus");
+    }
+  }
+
+  /** The live connection itself (confirmed acknowledgements). */
+  nats(): NatsConnection {
+    try {
+      return this.#broker.connection();
     } catch (error) {
       throw busFailure(error, "reaching the bus");
     }
@@ -106,16 +119,41 @@ export class BusStreams {
    * provisioning. `explicitOwnership` (state migration only) creates a
    * state stream even over a non-empty legacy bucket.
    */
-  swarmStream(stream: SwarmStream, options: { explicitOwnership?: boolean } = {}): Promise<string> {
+  swarmStream(stream: SwarmStream, options: { explicitOwnership?: boolean; description?: string } = {}): Promise<string> {
     return this.#remember(`swarm:${stream.name}`, async () => {
       const existing = await this.existingSwarmStream(stream);
       if (existing !== undefined) return existing;
-      if (!this.provisioning) throw new BusResourceMissingError(`the ${describe(stream)} of swarm '${stream.swarm}' does not exist; the hub provisions it`);
+      if (!this.provisioning) throw new BusResourceMissingError(missingStreamText(stream));
       if (stream.kind === "state" && !options.explicitOwnership) {
         const legacy = await this.info(legacyKvStream(stream.bucket!));
-        if (legacy !== undefined && legacy.state.messages > 0) throw new MigrationRefusedError(BUS_TEXTS.legacyStateOwnership);
+        if (legacy !== undefined && legacy.state.messages > 0) throw new LegacyStateOwnershipError(stream.swarm, stream.bucket!);
       }
-      return this.#create(swarmStreamConfig(stream, this.#options), stream.name);
+      const config = swarmStreamConfig(stream, this.#options);
+      return this.#create(options.description === undefined ? config : { ...config, description: options.description }, stream.name);
+    });
+  }
+
+  /**
+   * Makes the selected stream of a per-swarm resource capture the hub-only
+   * subject of its migration mark (stream-names.ts): streams created by
+   * earlier versions, by hand, or with an underscore name do not yet. Only
+   * a provisioning bus updates a stream; remembered once it holds.
+   */
+  ensureMarkSubject(streamName: string, stream: SwarmStream): Promise<string> {
+    const mark = stream.markSubject;
+    if (mark === undefined) return Promise.resolve(streamName);
+    return this.#remember(`mark:${streamName}`, async () => {
+      const info = await this.info(streamName);
+      if (info === undefined) throw busFailure(new Error("stream vanished"), "reading stream information");
+      const subjects = info.config.subjects ?? [];
+      if (subjects.includes(mark)) return streamName;
+      if (!this.provisioning) throw new BusResourceMissingError(`the ${describe(stream)} of swarm '${stream.swarm}' holds no migration mark subject; the hub adds it`);
+      try {
+        await this.jsm().streams.update(streamName, { subjects: [...subjects, mark] });
+      } catch (error) {
+        throw busFailure(error, "adding the migration mark subject to a stream");
+      }
+      return streamName;
     });
   }
 
@@ -274,7 +312,8 @@ export class BusStreams {
 export function swarmStreamConfig(stream: SwarmStream, options: Pick<BusStreamsOptions, "replicas" | "queuePolicy">): Partial<StreamConfig> & { name: string } {
   const base = {
     name: stream.name,
-    subjects: [...stream.subjects],
+    // The migration mark's hub-only subject is captured from the start.
+    subjects: [...stream.subjects, ...(stream.markSubject === undefined ? [] : [stream.markSubject])],
     storage: StorageType.File,
     num_replicas: options.replicas,
     retention: RetentionPolicy.Limits,
@@ -308,6 +347,23 @@ function queueLimits(policy: QueuePolicy): Partial<StreamConfig> {
     ...(p.maxBytes > 0 ? { max_bytes: p.maxBytes } : {}),
     ...(p.maxAgeMs > 0 ? { max_age: p.maxAgeMs * 1_000_000 } : {}),
   };
+}
+
+/**
+ * What a member binding a stream the hub has not created is told. A state
+ * stream the hub does not create while the legacy bucket holds entries
+ * (the member cannot see that bucket), so its text names the bucket and
+ * the command that resolves it.
+ */
+export function missingStreamText(stream: SwarmStream): string {
+  if (stream.kind === "state") {
+    const legacy = legacyKvStream(stream.bucket!);
+    return (
+      `the '${stream.bucket}' state stream of swarm '${stream.swarm}' does not exist. The hub creates it, but not while the legacy bucket ${legacy} holds entries: ` +
+      `then the hub operator moves the swarm's keys with ${ownStateCommand(stream.swarm, stream.bucket!, "<key>...")}, or, when the swarm has no legacy keys, runs ${ownStateCommand(stream.swarm, stream.bucket!, "--no-legacy-keys")}`
+    );
+  }
+  return `the ${describe(stream)} of swarm '${stream.swarm}' does not exist; the hub provisions it`;
 }
 
 function describe(stream: SwarmStream): string {

@@ -27,6 +27,9 @@ export interface AntoncoreUser {
   readonly name: string;
   readonly publishAllow: readonly string[];
   readonly subscribeAllow: readonly string[];
+  /** The `deny` lists of a `{allow, deny}` side (empty when the side is a plain list). */
+  readonly publishDeny: readonly string[];
+  readonly subscribeDeny: readonly string[];
   /** The file (relative to the checkout) that defines it. */
   readonly file: string;
 }
@@ -95,7 +98,11 @@ function userOf(entry: unknown, file: string): AntoncoreUser {
   if (typeof name !== "string") throw new GrantsUnreadableError(`a user of ${file} has no name`);
   const permissions = entry["permissions"];
   const side = (key: "publish" | "subscribe") => subjectsOf(isRecord(permissions) ? permissions[key] : undefined, `${name}'s ${key} permissions`);
-  return { name, publishAllow: side("publish"), subscribeAllow: side("subscribe"), file };
+  const deny = (key: "publish" | "subscribe") => {
+    const value = isRecord(permissions) ? permissions[key] : undefined;
+    return isRecord(value) ? subjectsOf(value["deny"], `${name}'s ${key} deny permissions`) : [];
+  };
+  return { name, publishAllow: side("publish"), subscribeAllow: side("subscribe"), publishDeny: deny("publish"), subscribeDeny: deny("subscribe"), file };
 }
 
 function subjectsOf(value: unknown, what: string): string[] {

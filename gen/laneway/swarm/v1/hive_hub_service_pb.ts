@@ -34,7 +34,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file laneway/swarm/v1/hive_hub_service.proto.
  */
 export const file_laneway_swarm_v1_hive_hub_service: GenFile = /*@__PURE__*/
-  fileDesc("CidsYW5ld2F5L3N3YXJtL3YxL2hpdmVfaHViX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEiwAEKC01lbWJlclNjb3BlEhEKCW1lbWJlcl9pZBgBIAEoCRIOCgZzY29wZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJEg8KB3JlZnVzZWQYBCABKAgSMgoObGFzdF9taW50ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjkKFWNyZWRlbnRpYWxfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiaAoNUmV0aXJlZE1lbWJlchIRCgltZW1iZXJfaWQYASABKAkSLgoKcmV0aXJlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcmV2b2tlZF9rZXlzGAMgASgNIjIKDFNjb3BlUmVxdWVzdBIiCgZzd2FybXMYASADKAlCErpID5IBDBBAGAEiBnIEqIgnASJgCg1TY29wZVJlc3BvbnNlEi4KB21lbWJlcnMYASADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEg8KB2NyZWF0ZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJImwKDUludml0ZVJlcXVlc3QSHAoJbWVtYmVyX2lkGAEgASgJQgm6SAZyBIiIJwESGQoHYnVzX3VybBgCIAEoCUIIukgFcgMogBASIgoGc3dhcm1zGAMgAygJQhK6SA+SAQwQQBgBIgZyBKiIJwEifgoOSW52aXRlUmVzcG9uc2USEQoJbWVtYmVyX2lkGAEgASgJEhUKDWludml0ZV9zZWNyZXQYAiABKAkSDgoGc2NvcGVkGAMgASgIEhIKCmludml0ZV9lbnYYBCADKAkSDgoGc3dhcm1zGAUgAygJEg4KBmxpc3RlZBgGIAEoCCIUChJMaXN0TWVtYmVyc1JlcXVlc3QikAEKE0xpc3RNZW1iZXJzUmVzcG9uc2USFwoPc2NvcGluZ19lbmFibGVkGAEgASgIEi4KB21lbWJlcnMYAiADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEjAKB3JldGlyZWQYAyADKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXIiMgoSUmVuZGVyR3JhbnRSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBIpEBChNSZW5kZXJHcmFudFJlc3BvbnNlEg4KBnNjb3BlZBgBIAEoCBIVCg1wdWJsaXNoX2FsbG93GAIgAygJEhcKD3N1YnNjcmliZV9hbGxvdxgDIAMoCRIUCgxwdWJsaXNoX2RlbnkYBCADKAkSDgoGc3dhcm1zGAUgAygJEhQKDGluYm94X3ByZWZpeBgGIAEoCSIzChNSZXRpcmVNZW1iZXJSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBImQKFFJldGlyZU1lbWJlclJlc3BvbnNlEjAKB3JldGlyZWQYASABKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXISGgoScmVkaXNfdXNlcl9kZWxldGVkGAIgASgIIoIBChNNaWdyYXRlU3RhdGVSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwESKwoGYnVja2V0GAIgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSJAoEa2V5cxgDIAMoCUIWukgTkgEQCAEQgAgYASIHcgUgASiAAiK4AQoRTWlncmF0aW9uUHJvZ3Jlc3MSDgoGY29waWVkGAEgASgEEg8KB3NraXBwZWQYAiABKAQSEAoIY29tcGxldGUYAyABKAgSDQoFdG90YWwYBCABKAQSMwoHb3V0Y29tZRgFIAEoDjIiLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uT3V0Y29tZRIVCg10YXJnZXRfc3RyZWFtGAYgASgJEhUKDXNvdXJjZV9zdHJlYW0YByABKAkiTQoUTWlncmF0ZVN0YXRlUmVzcG9uc2USNQoIcHJvZ3Jlc3MYASABKAsyIy5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvblByb2dyZXNzIk8KC1F1ZXVlUG9saWN5EhMKC21heF9kZWxpdmVyGAEgASgNEisKCGFja193YWl0GAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uInYKE01pZ3JhdGVRdWV1ZVJlcXVlc3QSGAoFc3dhcm0YASABKAlCCbpIBnIEqIgnARIWCgRuYW1lGAIgASgJQgi6SAVyAyiAAhItCgZwb2xpY3kYAyABKAsyHS5sYW5ld2F5LnN3YXJtLnYxLlF1ZXVlUG9saWN5Ik0KFE1pZ3JhdGVRdWV1ZVJlc3BvbnNlEjUKCHByb2dyZXNzGAEgASgLMiMubGFuZXdheS5zd2FybS52MS5NaWdyYXRpb25Qcm9ncmVzcyIuChJNaWdyYXRlRGVhZFJlcXVlc3QSGAoFc3dhcm0YASABKAlCCbpIBnIEqIgnASJMChNNaWdyYXRlRGVhZFJlc3BvbnNlEjUKCHByb2dyZXNzGAEgASgLMiMubGFuZXdheS5zd2FybS52MS5NaWdyYXRpb25Qcm9ncmVzcyLKAQoOTWlncmF0ZVJlcXVlc3QSNgoFc3RhdGUYASABKAsyJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVTdGF0ZVJlcXVlc3RIABI2CgVxdWV1ZRgCIAEoCzIlLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVF1ZXVlUmVxdWVzdEgAEjQKBGRlYWQYAyABKAsyJC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVxdWVzdEgAQhIKCW1pZ3JhdGlvbhIFukgCCAEiSAoPTWlncmF0ZVJlc3BvbnNlEjUKCHByb2dyZXNzGAEgASgLMiMubGFuZXdheS5zd2FybS52MS5NaWdyYXRpb25Qcm9ncmVzcyqhAQoQTWlncmF0aW9uT3V0Y29tZRIhCh1NSUdSQVRJT05fT1VUQ09NRV9VTlNQRUNJRklFRBAAEhsKF01JR1JBVElPTl9PVVRDT01FX01PVkVEEAESJgoiTUlHUkFUSU9OX09VVENPTUVfQUxSRUFEWV9DT01QTEVURRACEiUKIU1JR1JBVElPTl9PVVRDT01FX05PVEhJTkdfVE9fTU9WRRADMsgGCg5IaXZlSHViU2VydmljZRJICgVTY29wZRIeLmxhbmV3YXkuc3dhcm0udjEuU2NvcGVSZXF1ZXN0Gh8ubGFuZXdheS5zd2FybS52MS5TY29wZVJlc3BvbnNlEksKBkludml0ZRIfLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVxdWVzdBogLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVzcG9uc2USXwoLTGlzdE1lbWJlcnMSJC5sYW5ld2F5LnN3YXJtLnYxLkxpc3RNZW1iZXJzUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTGlzdE1lbWJlcnNSZXNwb25zZSIDkAIBEl8KC1JlbmRlckdyYW50EiQubGFuZXdheS5zd2FybS52MS5SZW5kZXJHcmFudFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLlJlbmRlckdyYW50UmVzcG9uc2UiA5ACARJdCgxSZXRpcmVNZW1iZXISJS5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZU1lbWJlclJlc3BvbnNlEmIKDE1pZ3JhdGVTdGF0ZRIlLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVxdWVzdBomLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVN0YXRlUmVzcG9uc2UiA5ACAhJiCgxNaWdyYXRlUXVldWUSJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlc3BvbnNlIgOQAgISXwoLTWlncmF0ZURlYWQSJC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZURlYWRSZXNwb25zZSIDkAICElUKB01pZ3JhdGUSIC5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVSZXF1ZXN0GiEubGFuZXdheS5zd2FybS52MS5NaWdyYXRlUmVzcG9uc2UiA5ACAjABYgZwcm90bzM", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
+  fileDesc("CidsYW5ld2F5L3N3YXJtL3YxL2hpdmVfaHViX3NlcnZpY2UucHJvdG8SEGxhbmV3YXkuc3dhcm0udjEiwAEKC01lbWJlclNjb3BlEhEKCW1lbWJlcl9pZBgBIAEoCRIOCgZzY29wZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJEg8KB3JlZnVzZWQYBCABKAgSMgoObGFzdF9taW50ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjkKFWNyZWRlbnRpYWxfZXhwaXJlc19hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiaAoNUmV0aXJlZE1lbWJlchIRCgltZW1iZXJfaWQYASABKAkSLgoKcmV0aXJlZF9hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcmV2b2tlZF9rZXlzGAMgASgNIjIKDFNjb3BlUmVxdWVzdBIiCgZzd2FybXMYASADKAlCErpID5IBDBBAGAEiBnIEqIgnASJgCg1TY29wZVJlc3BvbnNlEi4KB21lbWJlcnMYASADKAsyHS5sYW5ld2F5LnN3YXJtLnYxLk1lbWJlclNjb3BlEg8KB2NyZWF0ZWQYAiABKAgSDgoGc3dhcm1zGAMgAygJIosBCg1JbnZpdGVSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBEhkKB2J1c191cmwYAiABKAlCCLpIBXIDKIAQEiIKBnN3YXJtcxgDIAMoCUISukgPkgEMEEAYASIGcgSoiCcBEh0KFXJlcXVpcmVfbWVtYmVyX3N3YXJtcxgEIAEoCCJ+Cg5JbnZpdGVSZXNwb25zZRIRCgltZW1iZXJfaWQYASABKAkSFQoNaW52aXRlX3NlY3JldBgCIAEoCRIOCgZzY29wZWQYAyABKAgSEgoKaW52aXRlX2VudhgEIAMoCRIOCgZzd2FybXMYBSADKAkSDgoGbGlzdGVkGAYgASgIIhQKEkxpc3RNZW1iZXJzUmVxdWVzdCKQAQoTTGlzdE1lbWJlcnNSZXNwb25zZRIXCg9zY29waW5nX2VuYWJsZWQYASABKAgSLgoHbWVtYmVycxgCIAMoCzIdLmxhbmV3YXkuc3dhcm0udjEuTWVtYmVyU2NvcGUSMAoHcmV0aXJlZBgDIAMoCzIfLmxhbmV3YXkuc3dhcm0udjEuUmV0aXJlZE1lbWJlciIyChJSZW5kZXJHcmFudFJlcXVlc3QSHAoJbWVtYmVyX2lkGAEgASgJQgm6SAZyBIiIJwEikQEKE1JlbmRlckdyYW50UmVzcG9uc2USDgoGc2NvcGVkGAEgASgIEhUKDXB1Ymxpc2hfYWxsb3cYAiADKAkSFwoPc3Vic2NyaWJlX2FsbG93GAMgAygJEhQKDHB1Ymxpc2hfZGVueRgEIAMoCRIOCgZzd2FybXMYBSADKAkSFAoMaW5ib3hfcHJlZml4GAYgASgJIhMKEUxpc3RTd2FybXNSZXF1ZXN0IlQKCk5hbWVkU3dhcm0SDQoFc3dhcm0YASABKAkSEQoJaW5fcmVjb3JkGAIgASgIEhIKCmJ5X2NvbW1hbmQYAyABKAgSEAoIaW5fc3RvcmUYBCABKAgiLQoMVW5uYW1lZFN3YXJtEg0KBXN3YXJtGAEgASgJEg4KBmV2ZW50cxgCIAEoBCKKAQoSTGlzdFN3YXJtc1Jlc3BvbnNlEhYKDmRlZmF1bHRfc3dhcm1zGAEgAygJEisKBW5hbWVkGAIgAygLMhwubGFuZXdheS5zd2FybS52MS5OYW1lZFN3YXJtEi8KB3VubmFtZWQYAyADKAsyHi5sYW5ld2F5LnN3YXJtLnYxLlVubmFtZWRTd2FybSI5ChFOYW1lU3dhcm1zUmVxdWVzdBIkCgZzd2FybXMYASADKAlCFLpIEZIBDggBEEAYASIGcgSoiCcBIkoKEk5hbWVTd2FybXNSZXNwb25zZRI0CgZzd2FybXMYASABKAsyJC5sYW5ld2F5LnN3YXJtLnYxLkxpc3RTd2FybXNSZXNwb25zZSL/AQoQU2VydmljZVVzZXJHcmFudBIXCgRuYW1lGAEgASgJQgm6SAZyBIiIJwESKwoNcHVibGlzaF9hbGxvdxgCIAMoCUIUukgRkgEOCAEQgAgiB3IFIAEogAISKAoMcHVibGlzaF9kZW55GAMgAygJQhK6SA+SAQwQgAgiB3IFIAEogAISLQoPc3Vic2NyaWJlX2FsbG93GAQgAygJQhS6SBGSAQ4IARCACCIHcgUgASiAAhIqCg5zdWJzY3JpYmVfZGVueRgFIAMoCUISukgPkgEMEIAIIgdyBSABKIACEiAKD2hlbGRfcHVibGljX2tleRgGIAEoCUIHukgEcgIoQCJPChJSZXRpcmVkU2VydmljZVVzZXISFwoEbmFtZRgBIAEoCUIJukgGcgSIiCcBEiAKD2hlbGRfcHVibGljX2tleRgCIAEoCUIHukgEcgIoQCKrAQoYVHJ1c3RTZXJ2aWNlVXNlcnNSZXF1ZXN0EjwKBXVzZXJzGAEgAygLMiIubGFuZXdheS5zd2FybS52MS5TZXJ2aWNlVXNlckdyYW50Qgm6SAaSAQMQgAISQAoHcmV0aXJlZBgCIAMoCzIkLmxhbmV3YXkuc3dhcm0udjEuUmV0aXJlZFNlcnZpY2VVc2VyQgm6SAaSAQMQgAISDwoHZHJ5X3J1bhgDIAEoCCKdAQoSU2VydmljZVVzZXJPdXRjb21lEgwKBG5hbWUYASABKAkSMwoGYWN0aW9uGAIgASgOMiMubGFuZXdheS5zd2FybS52MS5TZXJ2aWNlVXNlckFjdGlvbhINCgVjcmVkcxgDIAEoCRISCgpwdWJsaWNfa2V5GAQgASgJEhQKDHJldm9rZWRfa2V5cxgFIAEoDRILCgN3aHkYBiABKAkiqgEKGVRydXN0U2VydmljZVVzZXJzUmVzcG9uc2USMwoFdXNlcnMYASADKAsyJC5sYW5ld2F5LnN3YXJtLnYxLlNlcnZpY2VVc2VyT3V0Y29tZRI1CgdyZXRpcmVkGAIgAygLMiQubGFuZXdheS5zd2FybS52MS5TZXJ2aWNlVXNlck91dGNvbWUSEAoIdW5saXN0ZWQYAyADKAkSDwoHZHJ5X3J1bhgEIAEoCCIzChNSZXRpcmVNZW1iZXJSZXF1ZXN0EhwKCW1lbWJlcl9pZBgBIAEoCUIJukgGcgSIiCcBImQKFFJldGlyZU1lbWJlclJlc3BvbnNlEjAKB3JldGlyZWQYASABKAsyHy5sYW5ld2F5LnN3YXJtLnYxLlJldGlyZWRNZW1iZXISGgoScmVkaXNfdXNlcl9kZWxldGVkGAIgASgIIsYCChNNaWdyYXRlU3RhdGVSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwESKwoGYnVja2V0GAIgASgJQhu6SBhyFhABGEAyEF5bQS1aYS16MC05Xy1dKyQSIgoEa2V5cxgDIAMoCUIUukgRkgEOEIAIGAEiB3IFIAEogAISFgoObm9fbGVnYWN5X2tleXMYBCABKAg6qwG6SKcBGqQBCiRtaWdyYXRlX3N0YXRlLmtleXNfb3Jfbm9fbGVnYWN5X2tleXMSOW5hbWUgMSB0byAxLDAyNCBrZXlzLCBvciBzZXQgbm9fbGVnYWN5X2tleXMgYW5kIG5hbWUgbm9uZRpBdGhpcy5ub19sZWdhY3lfa2V5cyA/IHNpemUodGhpcy5rZXlzKSA9PSAwIDogc2l6ZSh0aGlzLmtleXMpID49IDEiuAEKEU1pZ3JhdGlvblByb2dyZXNzEg4KBmNvcGllZBgBIAEoBBIPCgdza2lwcGVkGAIgASgEEhAKCGNvbXBsZXRlGAMgASgIEg0KBXRvdGFsGAQgASgEEjMKB291dGNvbWUYBSABKA4yIi5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGlvbk91dGNvbWUSFQoNdGFyZ2V0X3N0cmVhbRgGIAEoCRIVCg1zb3VyY2Vfc3RyZWFtGAcgASgJIk0KFE1pZ3JhdGVTdGF0ZVJlc3BvbnNlEjUKCHByb2dyZXNzGAEgASgLMiMubGFuZXdheS5zd2FybS52MS5NaWdyYXRpb25Qcm9ncmVzcyJPCgtRdWV1ZVBvbGljeRITCgttYXhfZGVsaXZlchgBIAEoDRIrCghhY2tfd2FpdBgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJ2ChNNaWdyYXRlUXVldWVSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwESFgoEbmFtZRgCIAEoCUIIukgFcgMogAISLQoGcG9saWN5GAMgASgLMh0ubGFuZXdheS5zd2FybS52MS5RdWV1ZVBvbGljeSJNChRNaWdyYXRlUXVldWVSZXNwb25zZRI1Cghwcm9ncmVzcxgBIAEoCzIjLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uUHJvZ3Jlc3MiLgoSTWlncmF0ZURlYWRSZXF1ZXN0EhgKBXN3YXJtGAEgASgJQgm6SAZyBKiIJwEiTAoTTWlncmF0ZURlYWRSZXNwb25zZRI1Cghwcm9ncmVzcxgBIAEoCzIjLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uUHJvZ3Jlc3MiygEKDk1pZ3JhdGVSZXF1ZXN0EjYKBXN0YXRlGAEgASgLMiUubGFuZXdheS5zd2FybS52MS5NaWdyYXRlU3RhdGVSZXF1ZXN0SAASNgoFcXVldWUYAiABKAsyJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVRdWV1ZVJlcXVlc3RIABI0CgRkZWFkGAMgASgLMiQubGFuZXdheS5zd2FybS52MS5NaWdyYXRlRGVhZFJlcXVlc3RIAEISCgltaWdyYXRpb24SBbpIAggBIkgKD01pZ3JhdGVSZXNwb25zZRI1Cghwcm9ncmVzcxgBIAEoCzIjLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0aW9uUHJvZ3Jlc3Mq5wEKEVNlcnZpY2VVc2VyQWN0aW9uEiMKH1NFUlZJQ0VfVVNFUl9BQ1RJT05fVU5TUEVDSUZJRUQQABIeChpTRVJWSUNFX1VTRVJfQUNUSU9OX1NJR05FRBABEiAKHFNFUlZJQ0VfVVNFUl9BQ1RJT05fUkVTSUdORUQQAhIhCh1TRVJWSUNFX1VTRVJfQUNUSU9OX1VOQ0hBTkdFRBADEh8KG1NFUlZJQ0VfVVNFUl9BQ1RJT05fUkVWT0tFRBAEEicKI1NFUlZJQ0VfVVNFUl9BQ1RJT05fQUxSRUFEWV9SRVRJUkVEEAUqvgEKEE1pZ3JhdGlvbk91dGNvbWUSIQodTUlHUkFUSU9OX09VVENPTUVfVU5TUEVDSUZJRUQQABIbChdNSUdSQVRJT05fT1VUQ09NRV9NT1ZFRBABEiYKIk1JR1JBVElPTl9PVVRDT01FX0FMUkVBRFlfQ09NUExFVEUQAhIlCiFNSUdSQVRJT05fT1VUQ09NRV9OT1RISU5HX1RPX01PVkUQAxIbChdNSUdSQVRJT05fT1VUQ09NRV9PV05FRBAEMvIICg5IaXZlSHViU2VydmljZRJICgVTY29wZRIeLmxhbmV3YXkuc3dhcm0udjEuU2NvcGVSZXF1ZXN0Gh8ubGFuZXdheS5zd2FybS52MS5TY29wZVJlc3BvbnNlEksKBkludml0ZRIfLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVxdWVzdBogLmxhbmV3YXkuc3dhcm0udjEuSW52aXRlUmVzcG9uc2USXwoLTGlzdE1lbWJlcnMSJC5sYW5ld2F5LnN3YXJtLnYxLkxpc3RNZW1iZXJzUmVxdWVzdBolLmxhbmV3YXkuc3dhcm0udjEuTGlzdE1lbWJlcnNSZXNwb25zZSIDkAIBEl8KC1JlbmRlckdyYW50EiQubGFuZXdheS5zd2FybS52MS5SZW5kZXJHcmFudFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLlJlbmRlckdyYW50UmVzcG9uc2UiA5ACARJcCgpMaXN0U3dhcm1zEiMubGFuZXdheS5zd2FybS52MS5MaXN0U3dhcm1zUmVxdWVzdBokLmxhbmV3YXkuc3dhcm0udjEuTGlzdFN3YXJtc1Jlc3BvbnNlIgOQAgESXAoKTmFtZVN3YXJtcxIjLmxhbmV3YXkuc3dhcm0udjEuTmFtZVN3YXJtc1JlcXVlc3QaJC5sYW5ld2F5LnN3YXJtLnYxLk5hbWVTd2FybXNSZXNwb25zZSIDkAICEmwKEVRydXN0U2VydmljZVVzZXJzEioubGFuZXdheS5zd2FybS52MS5UcnVzdFNlcnZpY2VVc2Vyc1JlcXVlc3QaKy5sYW5ld2F5LnN3YXJtLnYxLlRydXN0U2VydmljZVVzZXJzUmVzcG9uc2USXQoMUmV0aXJlTWVtYmVyEiUubGFuZXdheS5zd2FybS52MS5SZXRpcmVNZW1iZXJSZXF1ZXN0GiYubGFuZXdheS5zd2FybS52MS5SZXRpcmVNZW1iZXJSZXNwb25zZRJiCgxNaWdyYXRlU3RhdGUSJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVTdGF0ZVJlcXVlc3QaJi5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVTdGF0ZVJlc3BvbnNlIgOQAgISYgoMTWlncmF0ZVF1ZXVlEiUubGFuZXdheS5zd2FybS52MS5NaWdyYXRlUXVldWVSZXF1ZXN0GiYubGFuZXdheS5zd2FybS52MS5NaWdyYXRlUXVldWVSZXNwb25zZSIDkAICEl8KC01pZ3JhdGVEZWFkEiQubGFuZXdheS5zd2FybS52MS5NaWdyYXRlRGVhZFJlcXVlc3QaJS5sYW5ld2F5LnN3YXJtLnYxLk1pZ3JhdGVEZWFkUmVzcG9uc2UiA5ACAhJVCgdNaWdyYXRlEiAubGFuZXdheS5zd2FybS52MS5NaWdyYXRlUmVxdWVzdBohLmxhbmV3YXkuc3dhcm0udjEuTWlncmF0ZVJlc3BvbnNlIgOQAgIwAWIGcHJvdG8z", [file_buf_validate_validate, file_google_protobuf_duration, file_google_protobuf_timestamp, file_laneway_validate_v1_rules]);
 
 /**
  * MemberScope is one member's listing in the signer record.
@@ -66,8 +66,10 @@ export type MemberScope = Message<"laneway.swarm.v1.MemberScope"> & {
   swarms: string[];
 
   /**
-   * True when the member_swarms field exists but omits this member: the hub
-   * refuses to mint its credential.
+   * True when the hub refuses to mint the member's credential: the
+   * member_swarms field exists but omits this member, or the field is gone
+   * and the member's last credential was scoped (the hub never replaces a
+   * scoped credential with an unscoped one).
    *
    * @generated from field: bool refused = 4;
    */
@@ -139,7 +141,8 @@ export const RetiredMemberSchema: GenMessage<RetiredMember> = /*@__PURE__*/
  */
 export type ScopeRequest = Message<"laneway.swarm.v1.ScopeRequest"> & {
   /**
-   * The swarms; empty selects every swarm in the store.
+   * The swarms; empty selects every swarm the operator named and every swarm
+   * in the store (never a swarm only an event named).
    *
    * @generated from field: repeated string swarms = 1;
    */
@@ -176,7 +179,7 @@ export type ScopeResponse = Message<"laneway.swarm.v1.ScopeResponse"> & {
 
   /**
    * The swarms members without a listing were given: the request's, or
-   * every swarm found in the store.
+   * every swarm the operator named and every swarm in the store.
    *
    * @generated from field: repeated string swarms = 3;
    */
@@ -213,12 +216,24 @@ export type InviteRequest = Message<"laneway.swarm.v1.InviteRequest"> & {
 
   /**
    * The swarms to list the member with once the member_swarms field exists,
-   * as Scope lists members: empty selects every swarm in the store. Ignored
-   * before the field exists, and for a member the field lists already.
+   * as Scope lists members: empty selects every swarm the operator named and
+   * every swarm in the store. Ignored before the field exists (refused with
+   * `require_member_swarms`), and for a member the field lists already.
    *
    * @generated from field: repeated string swarms = 3;
    */
   swarms: string[];
+
+  /**
+   * When true, `swarms` are refused with `swarm_conflict` instead of being
+   * ignored when the member_swarms field does not exist yet (`swarms were
+   * given, but the signer record has no member_swarms field yet, …: run
+   * laneway hive scope first`) or the signer record is a `file:` record,
+   * which Laneway never writes. The CLI sets it whenever `--swarm` is given.
+   *
+   * @generated from field: bool require_member_swarms = 4;
+   */
+  requireMemberSwarms: boolean;
 };
 
 /**
@@ -416,6 +431,402 @@ export const RenderGrantResponseSchema: GenMessage<RenderGrantResponse> = /*@__P
   messageDesc(file_laneway_swarm_v1_hive_hub_service, 9);
 
 /**
+ * ListSwarmsRequest has no fields.
+ *
+ * @generated from message laneway.swarm.v1.ListSwarmsRequest
+ */
+export type ListSwarmsRequest = Message<"laneway.swarm.v1.ListSwarmsRequest"> & {
+};
+
+/**
+ * Describes the message laneway.swarm.v1.ListSwarmsRequest.
+ * Use `create(ListSwarmsRequestSchema)` to create a new message.
+ */
+export const ListSwarmsRequestSchema: GenMessage<ListSwarmsRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 10);
+
+/**
+ * NamedSwarm is a swarm the operator named, or one in the store.
+ *
+ * @generated from message laneway.swarm.v1.NamedSwarm
+ */
+export type NamedSwarm = Message<"laneway.swarm.v1.NamedSwarm"> & {
+  /**
+   * The swarm name.
+   *
+   * @generated from field: string swarm = 1;
+   */
+  swarm: string;
+
+  /**
+   * Whether the signer record's member_swarms lists it for some member.
+   *
+   * @generated from field: bool in_record = 2;
+   */
+  inRecord: boolean;
+
+  /**
+   * Whether a hub command named it (Scope or Invite with swarms, a
+   * migration, NameSwarms).
+   *
+   * @generated from field: bool by_command = 3;
+   */
+  byCommand: boolean;
+
+  /**
+   * Whether one of its streams exists on the NATS server and was not created
+   * by the hub for an event alone.
+   *
+   * @generated from field: bool in_store = 4;
+   */
+  inStore: boolean;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.NamedSwarm.
+ * Use `create(NamedSwarmSchema)` to create a new message.
+ */
+export const NamedSwarmSchema: GenMessage<NamedSwarm> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 11);
+
+/**
+ * UnnamedSwarm is a swarm only events named: the hub created its streams
+ * and handles its events, and it grants nothing.
+ *
+ * @generated from message laneway.swarm.v1.UnnamedSwarm
+ */
+export type UnnamedSwarm = Message<"laneway.swarm.v1.UnnamedSwarm"> & {
+  /**
+   * The swarm name, as an event subject gave it.
+   *
+   * @generated from field: string swarm = 1;
+   */
+  swarm: string;
+
+  /**
+   * Events handled for it since the hub started.
+   *
+   * @generated from field: uint64 events = 2;
+   */
+  events: bigint;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.UnnamedSwarm.
+ * Use `create(UnnamedSwarmSchema)` to create a new message.
+ */
+export const UnnamedSwarmSchema: GenMessage<UnnamedSwarm> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 12);
+
+/**
+ * ListSwarmsResponse lists the swarms the hub knows.
+ *
+ * @generated from message laneway.swarm.v1.ListSwarmsResponse
+ */
+export type ListSwarmsResponse = Message<"laneway.swarm.v1.ListSwarmsResponse"> & {
+  /**
+   * What Scope and Invite grant when given no swarm: every named swarm and
+   * every swarm in the store, sorted.
+   *
+   * @generated from field: repeated string default_swarms = 1;
+   */
+  defaultSwarms: string[];
+
+  /**
+   * Every named swarm and every swarm in the store, sorted, with where each
+   * comes from.
+   *
+   * @generated from field: repeated laneway.swarm.v1.NamedSwarm named = 2;
+   */
+  named: NamedSwarm[];
+
+  /**
+   * The swarms only events named, sorted.
+   *
+   * @generated from field: repeated laneway.swarm.v1.UnnamedSwarm unnamed = 3;
+   */
+  unnamed: UnnamedSwarm[];
+};
+
+/**
+ * Describes the message laneway.swarm.v1.ListSwarmsResponse.
+ * Use `create(ListSwarmsResponseSchema)` to create a new message.
+ */
+export const ListSwarmsResponseSchema: GenMessage<ListSwarmsResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 13);
+
+/**
+ * NameSwarmsRequest names swarms as the operator's.
+ *
+ * @generated from message laneway.swarm.v1.NameSwarmsRequest
+ */
+export type NameSwarmsRequest = Message<"laneway.swarm.v1.NameSwarmsRequest"> & {
+  /**
+   * The swarms: 1 to 64 distinct swarm names.
+   *
+   * @generated from field: repeated string swarms = 1;
+   */
+  swarms: string[];
+};
+
+/**
+ * Describes the message laneway.swarm.v1.NameSwarmsRequest.
+ * Use `create(NameSwarmsRequestSchema)` to create a new message.
+ */
+export const NameSwarmsRequestSchema: GenMessage<NameSwarmsRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 14);
+
+/**
+ * NameSwarmsResponse is the listing after naming.
+ *
+ * @generated from message laneway.swarm.v1.NameSwarmsResponse
+ */
+export type NameSwarmsResponse = Message<"laneway.swarm.v1.NameSwarmsResponse"> & {
+  /**
+   * As ListSwarms answers.
+   *
+   * @generated from field: laneway.swarm.v1.ListSwarmsResponse swarms = 1;
+   */
+  swarms?: ListSwarmsResponse | undefined;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.NameSwarmsResponse.
+ * Use `create(NameSwarmsResponseSchema)` to create a new message.
+ */
+export const NameSwarmsResponseSchema: GenMessage<NameSwarmsResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 15);
+
+/**
+ * ServiceUserGrant is one NATS service user to sign, with its grants as the
+ * users file lists them. NATS reads an empty allow list as everything, so
+ * each side needs at least one allowed subject.
+ *
+ * @generated from message laneway.swarm.v1.ServiceUserGrant
+ */
+export type ServiceUserGrant = Message<"laneway.swarm.v1.ServiceUserGrant"> & {
+  /**
+   * The user name, for example `swarm-controller`: an identifier.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * Subjects the user may publish to: 1 to 1,024, each 1 to 256 bytes.
+   *
+   * @generated from field: repeated string publish_allow = 2;
+   */
+  publishAllow: string[];
+
+  /**
+   * Subjects the user may not publish to (a deny wins over an allow): at
+   * most 1,024.
+   *
+   * @generated from field: repeated string publish_deny = 3;
+   */
+  publishDeny: string[];
+
+  /**
+   * Subjects the user may subscribe to: 1 to 1,024.
+   *
+   * @generated from field: repeated string subscribe_allow = 4;
+   */
+  subscribeAllow: string[];
+
+  /**
+   * Subjects the user may not subscribe to: at most 1,024.
+   *
+   * @generated from field: repeated string subscribe_deny = 5;
+   */
+  subscribeDeny: string[];
+
+  /**
+   * The user public key (`U…`) of the credential the operator holds for this
+   * user, empty when it holds none. The hub signs again when it is not the
+   * key it recorded.
+   *
+   * @generated from field: string held_public_key = 6;
+   */
+  heldPublicKey: string;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.ServiceUserGrant.
+ * Use `create(ServiceUserGrantSchema)` to create a new message.
+ */
+export const ServiceUserGrantSchema: GenMessage<ServiceUserGrant> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 16);
+
+/**
+ * RetiredServiceUser is a service user to retire.
+ *
+ * @generated from message laneway.swarm.v1.RetiredServiceUser
+ */
+export type RetiredServiceUser = Message<"laneway.swarm.v1.RetiredServiceUser"> & {
+  /**
+   * The user name: an identifier.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The user public key (`U…`) of a credential the operator holds for it,
+   * empty when none: it joins the revocation list too (a credential signed
+   * before the hub recorded the user).
+   *
+   * @generated from field: string held_public_key = 2;
+   */
+  heldPublicKey: string;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.RetiredServiceUser.
+ * Use `create(RetiredServiceUserSchema)` to create a new message.
+ */
+export const RetiredServiceUserSchema: GenMessage<RetiredServiceUser> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 17);
+
+/**
+ * TrustServiceUsersRequest lists the service users to sign and to retire.
+ *
+ * @generated from message laneway.swarm.v1.TrustServiceUsersRequest
+ */
+export type TrustServiceUsersRequest = Message<"laneway.swarm.v1.TrustServiceUsersRequest"> & {
+  /**
+   * The users to sign: at most 256, distinct names.
+   *
+   * @generated from field: repeated laneway.swarm.v1.ServiceUserGrant users = 1;
+   */
+  users: ServiceUserGrant[];
+
+  /**
+   * The users to retire: at most 256, distinct names.
+   *
+   * @generated from field: repeated laneway.swarm.v1.RetiredServiceUser retired = 2;
+   */
+  retired: RetiredServiceUser[];
+
+  /**
+   * When true, nothing is signed, revoked or recorded: the answer says what
+   * would be done, and carries no credential.
+   *
+   * @generated from field: bool dry_run = 3;
+   */
+  dryRun: boolean;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.TrustServiceUsersRequest.
+ * Use `create(TrustServiceUsersRequestSchema)` to create a new message.
+ */
+export const TrustServiceUsersRequestSchema: GenMessage<TrustServiceUsersRequest> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 18);
+
+/**
+ * ServiceUserOutcome is the outcome for one user.
+ *
+ * @generated from message laneway.swarm.v1.ServiceUserOutcome
+ */
+export type ServiceUserOutcome = Message<"laneway.swarm.v1.ServiceUserOutcome"> & {
+  /**
+   * The user name.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * What was done (or, for a dry run, would be done).
+   *
+   * @generated from field: laneway.swarm.v1.ServiceUserAction action = 2;
+   */
+  action: ServiceUserAction;
+
+  /**
+   * The new credential (`.creds`: user JWT and seed) when one was signed;
+   * empty otherwise and in a dry run. Save it with mode 0600; never log it.
+   *
+   * @generated from field: string creds = 3;
+   */
+  creds: string;
+
+  /**
+   * The user public key of the user's current credential (empty for a
+   * retired user, or before a dry run's signing).
+   *
+   * @generated from field: string public_key = 4;
+   */
+  publicKey: string;
+
+  /**
+   * How many keys joined the revocation list for this user.
+   *
+   * @generated from field: uint32 revoked_keys = 5;
+   */
+  revokedKeys: number;
+
+  /**
+   * Why a credential is (re)signed, for example `the grants changed`;
+   * empty when nothing is signed.
+   *
+   * @generated from field: string why = 6;
+   */
+  why: string;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.ServiceUserOutcome.
+ * Use `create(ServiceUserOutcomeSchema)` to create a new message.
+ */
+export const ServiceUserOutcomeSchema: GenMessage<ServiceUserOutcome> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 19);
+
+/**
+ * TrustServiceUsersResponse reports every user.
+ *
+ * @generated from message laneway.swarm.v1.TrustServiceUsersResponse
+ */
+export type TrustServiceUsersResponse = Message<"laneway.swarm.v1.TrustServiceUsersResponse"> & {
+  /**
+   * The listed users, in request order.
+   *
+   * @generated from field: repeated laneway.swarm.v1.ServiceUserOutcome users = 1;
+   */
+  users: ServiceUserOutcome[];
+
+  /**
+   * The retired users, in request order.
+   *
+   * @generated from field: repeated laneway.swarm.v1.ServiceUserOutcome retired = 2;
+   */
+  retired: ServiceUserOutcome[];
+
+  /**
+   * Users the hub signed before that the request neither lists nor retires:
+   * their credentials stay valid until they are retired.
+   *
+   * @generated from field: repeated string unlisted = 3;
+   */
+  unlisted: string[];
+
+  /**
+   * Whether this was a dry run.
+   *
+   * @generated from field: bool dry_run = 4;
+   */
+  dryRun: boolean;
+};
+
+/**
+ * Describes the message laneway.swarm.v1.TrustServiceUsersResponse.
+ * Use `create(TrustServiceUsersResponseSchema)` to create a new message.
+ */
+export const TrustServiceUsersResponseSchema: GenMessage<TrustServiceUsersResponse> = /*@__PURE__*/
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 20);
+
+/**
  * RetireMemberRequest names the member to retire.
  *
  * @generated from message laneway.swarm.v1.RetireMemberRequest
@@ -434,7 +845,7 @@ export type RetireMemberRequest = Message<"laneway.swarm.v1.RetireMemberRequest"
  * Use `create(RetireMemberRequestSchema)` to create a new message.
  */
 export const RetireMemberRequestSchema: GenMessage<RetireMemberRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 10);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 21);
 
 /**
  * RetireMemberResponse reports the retirement.
@@ -463,7 +874,7 @@ export type RetireMemberResponse = Message<"laneway.swarm.v1.RetireMemberRespons
  * Use `create(RetireMemberResponseSchema)` to create a new message.
  */
 export const RetireMemberResponseSchema: GenMessage<RetireMemberResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 11);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 22);
 
 /**
  * MigrateStateRequest names the state to move.
@@ -486,11 +897,23 @@ export type MigrateStateRequest = Message<"laneway.swarm.v1.MigrateStateRequest"
   bucket: string;
 
   /**
-   * The keys whose ownership moves to the swarm: 1 to 1,024 distinct keys.
+   * The keys whose ownership moves to the swarm: 1 to 1,024 distinct keys
+   * (none with `no_legacy_keys`).
    *
    * @generated from field: repeated string keys = 3;
    */
   keys: string[];
+
+  /**
+   * When true (and no key is named), the swarm takes ownership of the
+   * bucket with no legacy key: the step for a new swarm whose state stream
+   * the hub does not create while the legacy bucket holds other swarms'
+   * entries. Recorded like a migration (a complete mark with no key); a later
+   * migration of keys into the same stream is refused as an ownership change.
+   *
+   * @generated from field: bool no_legacy_keys = 4;
+   */
+  noLegacyKeys: boolean;
 };
 
 /**
@@ -498,7 +921,7 @@ export type MigrateStateRequest = Message<"laneway.swarm.v1.MigrateStateRequest"
  * Use `create(MigrateStateRequestSchema)` to create a new message.
  */
 export const MigrateStateRequestSchema: GenMessage<MigrateStateRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 12);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 23);
 
 /**
  * MigrationProgress counts what one migration call did (or has done so far,
@@ -566,7 +989,7 @@ export type MigrationProgress = Message<"laneway.swarm.v1.MigrationProgress"> & 
  * Use `create(MigrationProgressSchema)` to create a new message.
  */
 export const MigrationProgressSchema: GenMessage<MigrationProgress> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 13);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 24);
 
 /**
  * MigrateStateResponse reports the state migration.
@@ -587,7 +1010,7 @@ export type MigrateStateResponse = Message<"laneway.swarm.v1.MigrateStateRespons
  * Use `create(MigrateStateResponseSchema)` to create a new message.
  */
 export const MigrateStateResponseSchema: GenMessage<MigrateStateResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 14);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 25);
 
 /**
  * QueuePolicy is the consumer policy of a migrated lane queue.
@@ -617,7 +1040,7 @@ export type QueuePolicy = Message<"laneway.swarm.v1.QueuePolicy"> & {
  * Use `create(QueuePolicySchema)` to create a new message.
  */
 export const QueuePolicySchema: GenMessage<QueuePolicy> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 15);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 26);
 
 /**
  * MigrateQueueRequest names the legacy queue to move.
@@ -653,7 +1076,7 @@ export type MigrateQueueRequest = Message<"laneway.swarm.v1.MigrateQueueRequest"
  * Use `create(MigrateQueueRequestSchema)` to create a new message.
  */
 export const MigrateQueueRequestSchema: GenMessage<MigrateQueueRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 16);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 27);
 
 /**
  * MigrateQueueResponse reports the queue migration.
@@ -674,7 +1097,7 @@ export type MigrateQueueResponse = Message<"laneway.swarm.v1.MigrateQueueRespons
  * Use `create(MigrateQueueResponseSchema)` to create a new message.
  */
 export const MigrateQueueResponseSchema: GenMessage<MigrateQueueResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 17);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 28);
 
 /**
  * MigrateDeadRequest names the swarm whose dead letters move.
@@ -695,7 +1118,7 @@ export type MigrateDeadRequest = Message<"laneway.swarm.v1.MigrateDeadRequest"> 
  * Use `create(MigrateDeadRequestSchema)` to create a new message.
  */
 export const MigrateDeadRequestSchema: GenMessage<MigrateDeadRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 18);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 29);
 
 /**
  * MigrateDeadResponse reports the dead letter migration.
@@ -716,7 +1139,7 @@ export type MigrateDeadResponse = Message<"laneway.swarm.v1.MigrateDeadResponse"
  * Use `create(MigrateDeadResponseSchema)` to create a new message.
  */
 export const MigrateDeadResponseSchema: GenMessage<MigrateDeadResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 19);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 30);
 
 /**
  * MigrateRequest names one migration to run with streamed progress.
@@ -761,7 +1184,7 @@ export type MigrateRequest = Message<"laneway.swarm.v1.MigrateRequest"> & {
  * Use `create(MigrateRequestSchema)` to create a new message.
  */
 export const MigrateRequestSchema: GenMessage<MigrateRequest> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 20);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 31);
 
 /**
  * MigrateResponse is one progress message of Migrate.
@@ -783,7 +1206,66 @@ export type MigrateResponse = Message<"laneway.swarm.v1.MigrateResponse"> & {
  * Use `create(MigrateResponseSchema)` to create a new message.
  */
 export const MigrateResponseSchema: GenMessage<MigrateResponse> = /*@__PURE__*/
-  messageDesc(file_laneway_swarm_v1_hive_hub_service, 21);
+  messageDesc(file_laneway_swarm_v1_hive_hub_service, 32);
+
+/**
+ * ServiceUserAction is what TrustServiceUsers did (or would do) for a user.
+ *
+ * @generated from enum laneway.swarm.v1.ServiceUserAction
+ */
+export enum ServiceUserAction {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: SERVICE_USER_ACTION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A credential was signed for a user the hub had no record of.
+   *
+   * @generated from enum value: SERVICE_USER_ACTION_SIGNED = 1;
+   */
+  SIGNED = 1,
+
+  /**
+   * A new credential was signed (grants changed, or the held credential is
+   * not the recorded one); the replaced key joined the revocation list.
+   *
+   * @generated from enum value: SERVICE_USER_ACTION_RESIGNED = 2;
+   */
+  RESIGNED = 2,
+
+  /**
+   * Nothing changed: the recorded credential has these grants and is the
+   * one the operator holds.
+   *
+   * @generated from enum value: SERVICE_USER_ACTION_UNCHANGED = 3;
+   */
+  UNCHANGED = 3,
+
+  /**
+   * A retired user's keys joined the revocation list and its record was
+   * deleted.
+   *
+   * @generated from enum value: SERVICE_USER_ACTION_REVOKED = 4;
+   */
+  REVOKED = 4,
+
+  /**
+   * A retired user with nothing left to revoke: its keys were revoked
+   * before, or the hub never knew one.
+   *
+   * @generated from enum value: SERVICE_USER_ACTION_ALREADY_RETIRED = 5;
+   */
+  ALREADY_RETIRED = 5,
+}
+
+/**
+ * Describes the enum laneway.swarm.v1.ServiceUserAction.
+ */
+export const ServiceUserActionSchema: GenEnum<ServiceUserAction> = /*@__PURE__*/
+  enumDesc(file_laneway_swarm_v1_hive_hub_service, 0);
 
 /**
  * MigrationOutcome is how a migration call ended.
@@ -818,13 +1300,21 @@ export enum MigrationOutcome {
    * @generated from enum value: MIGRATION_OUTCOME_NOTHING_TO_MOVE = 3;
    */
   NOTHING_TO_MOVE = 3,
+
+  /**
+   * The swarm took ownership of a state bucket with no legacy key
+   * (`no_legacy_keys`); a complete mark records it.
+   *
+   * @generated from enum value: MIGRATION_OUTCOME_OWNED = 4;
+   */
+  OWNED = 4,
 }
 
 /**
  * Describes the enum laneway.swarm.v1.MigrationOutcome.
  */
 export const MigrationOutcomeSchema: GenEnum<MigrationOutcome> = /*@__PURE__*/
-  enumDesc(file_laneway_swarm_v1_hive_hub_service, 0);
+  enumDesc(file_laneway_swarm_v1_hive_hub_service, 1);
 
 /**
  * HiveHubService is the hub operator's API: it shapes member credentials
@@ -836,12 +1326,17 @@ export const MigrationOutcomeSchema: GenEnum<MigrationOutcome> = /*@__PURE__*/
 export const HiveHubService: GenService<{
   /**
    * Scope creates the signer record's member_swarms field and lists every
-   * existing member with the given swarms, or with every swarm in the store
-   * (the swarms whose streams exist on the NATS server) when none is given.
-   * Members already listed keep their swarms. Errors: `swarm_invalid` (an
-   * invalid swarm name, a malformed record), `swarm_conflict` (a `file:`
-   * signer record, which is never written), `swarm_unavailable` (the record
-   * or broker cannot be reached).
+   * existing member with the given swarms, or, when none is given, with
+   * every swarm the operator named (in member_swarms or by a hub command:
+   * Scope or Invite with swarms, a migration, NameSwarms) and every swarm
+   * in the store (the swarms with a stream on the NATS server that the hub
+   * did not create for an event alone). A swarm only an event named is
+   * never granted this way. Members already listed keep their swarms. The
+   * given swarms are named, and when the hub provisions
+   * (`AGENTIHOOKS_BUS_SCOPED=1`) their streams are created before the call
+   * answers. Errors: `swarm_invalid` (an invalid swarm name, a malformed
+   * record), `swarm_conflict` (a `file:` signer record, which is never
+   * written), `swarm_unavailable` (the record or broker cannot be reached).
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.Scope
    */
@@ -854,10 +1349,12 @@ export const HiveHubService: GenService<{
    * Invite registers a new member and returns its invite. Once the
    * member_swarms field exists the member is listed the same way as Scope
    * lists members, and the invite is marked scoped; Invite never creates the
-   * field, so invites issued before Scope stay unscoped. When the hive has a
-   * Redis URL, the member's Redis ACL user is created and its URL is in the
-   * invite. Errors: `swarm_invalid`, `swarm_conflict` (the member exists),
-   * `swarm_unavailable`.
+   * field, so invites issued before Scope stay unscoped. The streams of the
+   * swarms the member is listed with are created before the call answers
+   * (when the hub provisions). When the hive has a Redis URL, the member's
+   * Redis ACL user is created and its URL is in the invite. Errors:
+   * `swarm_invalid`, `swarm_conflict` (the member exists; swarms given with
+   * `require_member_swarms` before the field exists), `swarm_unavailable`.
    *
    * @generated from rpc laneway.swarm.v1.HiveHubService.Invite
    */
@@ -891,6 +1388,63 @@ export const HiveHubService: GenService<{
     output: typeof RenderGrantResponseSchema;
   },
   /**
+   * ListSwarms returns the swarms the operator named, where each is named,
+   * the swarms Scope and Invite grant when given none, and the swarms only
+   * events named (their streams exist; they grant nothing). Errors:
+   * `swarm_invalid` (a malformed signer record), `swarm_unavailable`.
+   *
+   * @generated from rpc laneway.swarm.v1.HiveHubService.ListSwarms
+   */
+  listSwarms: {
+    methodKind: "unary";
+    input: typeof ListSwarmsRequestSchema;
+    output: typeof ListSwarmsResponseSchema;
+  },
+  /**
+   * NameSwarms names swarms as the operator's: from then on Scope and
+   * Invite without swarms grant them. When the hub provisions their streams
+   * are created before the call answers. Naming a swarm twice changes
+   * nothing. Errors: `swarm_invalid` (an invalid swarm name, more than
+   * 4,096 named swarms), `swarm_unavailable` (the broker cannot be reached;
+   * nothing is named).
+   *
+   * @generated from rpc laneway.swarm.v1.HiveHubService.NameSwarms
+   */
+  nameSwarms: {
+    methodKind: "unary";
+    input: typeof NameSwarmsRequestSchema;
+    output: typeof NameSwarmsResponseSchema;
+  },
+  /**
+   * TrustServiceUsers signs NATS service users (antoncore's users.yaml:
+   * swarm-controller, swarm-github-webhook, swarm-ledger) in the hive
+   * account with exactly the grants given, and retires others. For each
+   * listed user the hub signs a new credential when it has none recorded,
+   * when its grants changed, or when `held_public_key` is not the key of
+   * the credential it recorded (the operator's copy is missing or stale);
+   * the key it replaces joins the revocation list. Otherwise the user is
+   * unchanged and no credential is returned. For each retired user every
+   * key the hub recorded for it, and `held_public_key`, join the hive
+   * account's revocation list, pushed to the NATS server at once (the server
+   * drops and refuses those credentials), and its record is deleted. A
+   * rerun with the same users changes nothing. `dry_run` reports what would
+   * be done and changes nothing. Users named `swarm-hive`, or granted
+   * publish on the spoke execution subject `swarm.*.execution.>`, are
+   * refused (hives connect only with minted member credentials). Errors:
+   * `swarm_invalid` (a user named twice, both listed and retired, a
+   * subject that is not a NATS subject, a side with no allow list, the
+   * shared hive user), `swarm_unavailable` (the signer record or the broker
+   * cannot be reached; nothing is recorded until the server confirmed the
+   * revocations).
+   *
+   * @generated from rpc laneway.swarm.v1.HiveHubService.TrustServiceUsers
+   */
+  trustServiceUsers: {
+    methodKind: "unary";
+    input: typeof TrustServiceUsersRequestSchema;
+    output: typeof TrustServiceUsersResponseSchema;
+  },
+  /**
    * RetireMember retires a hive member: every NATS user key minted for it
    * and not yet expired joins the hive account's revocation list (the NATS
    * server disconnects and refuses those credentials at once, while other
@@ -913,8 +1467,13 @@ export const HiveHubService: GenService<{
    * MigrateState copies every retained revision of the named keys from the
    * legacy `KV_<bucket>` into the swarm's state stream; revision numbers
    * continue past the legacy high water mark. The copied revisions are then
-   * purged from the legacy bucket and the pending mark is cleared. Safe to
-   * repeat: a copy already present is skipped, a finished migration answers
+   * purged from the legacy bucket and the pending mark is cleared. With
+   * `no_legacy_keys` (and no keys) the swarm takes ownership of the bucket
+   * with no legacy key: its state stream is created although the legacy
+   * bucket holds other swarms' entries, and a complete mark records the
+   * ownership (`MIGRATION_OUTCOME_OWNED`). A fresh migration refuses a key
+   * with no revision in the legacy bucket. Safe to repeat: a copy already
+   * present is skipped, a finished migration answers
    * `MIGRATION_OUTCOME_ALREADY_COMPLETE`. Quiesce the swarm's legacy writers
    * first. Errors (each with the specification's text): `swarm_forbidden`
    * with `migration requires privileged provisioning` (the hub runs with
@@ -922,7 +1481,9 @@ export const HiveHubService: GenService<{
    * not enabled` (the hub runs without `AGENTIHOOKS_BUS_SCOPED=1`), `state
    * migration ownership or source revisions changed`, `the scoped state
    * stream already has live writes`, or `legacy state changed during
-   * migration`; `swarm_invalid` for a bad swarm, bucket or key;
+   * migration`, or a key with no legacy revision (`legacy key '<key>' has no
+   * revision in KV_<bucket>; …`); `swarm_invalid` for a bad swarm, bucket or
+   * key;
    * `swarm_unavailable` when the broker cannot be reached (the pending mark
    * stays; repeat the call). For large copies use Migrate, which streams
    * progress.
