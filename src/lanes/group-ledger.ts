@@ -556,7 +556,7 @@ export function retryDelayMs(bounds: Pick<LaneBounds, "retryDelayMs" | "maxRetry
 }
 
 /** The refusal of a receipt that does not own its delivery (never names the receipt). */
-export function stale(sequence: number): LaneError {
+export function stale(sequence: number | bigint): LaneError {
   return new LaneError(
     "lane_stale",
     `the receipt does not own delivery ${sequence} of this group (its lease was reassigned, completed longer than ack_retention ago, released or retired, or it belongs to another project or group)`,

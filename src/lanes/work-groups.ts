@@ -86,7 +86,22 @@ export interface ClaimParams extends GroupTarget {
   readonly waitMs: number;
 }
 
+/**
+ * A caller's uint64 as the wire carries it: exact, also beyond 2^53. No
+ * stream sequence or revision reaches 2^53, so a value beyond it is refused
+ * by the operation's own rule, quoting the value as it was sent; values
+ * that fit are numbers inside the core.
+ */
+export type WireInteger = number | bigint;
+
+/** A receipt as a caller presents it. */
 export interface Receipt {
+  readonly sequence: WireInteger;
+  readonly receipt: string;
+}
+
+/** A receipt whose sequence fits a number (every receipt inside the group actor). */
+interface HeldReceipt {
   readonly sequence: number;
   readonly receipt: string;
 }
@@ -98,10 +113,48 @@ export interface ReceiptParams extends GroupTarget {
 export interface RecoverParams extends GroupTarget {
   /** The request's idempotency id. */
   readonly id: string;
+  readonly revision: WireInteger;
+  readonly cursorThrough: WireInteger;
+  readonly expired: readonly Receipt[];
+  readonly missing: readonly WireInteger[];
+}
+
+/** A recovery whose every number fits (as the actor applies it). */
+interface HeldRecovery extends GroupTarget {
+  readonly id: string;
   readonly revision: number;
   readonly cursorThrough: number;
-  readonly expired: readonly Receipt[];
+  readonly expired: readonly HeldReceipt[];
   readonly missing: readonly number[];
+}
+
+/**
+ * A recovery's numbers as the actor applies them; a value beyond 2^53 names
+ * no revision, cursor or delivery of any group and is refused here, quoted
+ * as it was sent, by the rule it breaks.
+ */
+function heldRecovery(params: RecoverParams): HeldRecovery {
+  if (!fits(params.revision)) {
+    throw new LaneError("lane_conflict", `the group was never at revision ${params.revision}: inspect it again and submit its current revision with a new request id`);
+  }
+  if (!fits(params.cursorThrough)) {
+    throw new LaneError("lane_invalid", `cursor_through ${params.cursorThrough} is beyond every sequence of lane ${params.lane}: inspect the group for the cursor it expects`);
+  }
+  for (const sequence of [...params.expired.map((e) => e.sequence), ...params.missing]) {
+    if (!fits(sequence)) throw new LaneError("lane_invalid", `delivery ${sequence} is not an unfinished delivery of this group`);
+  }
+  return {
+    ...params,
+    revision: Number(params.revision),
+    cursorThrough: Number(params.cursorThrough),
+    expired: params.expired.map((e) => ({ sequence: Number(e.sequence), receipt: e.receipt })),
+    missing: params.missing.map(Number),
+  };
+}
+
+/** Whether a wire integer can name a sequence or revision at all. */
+function fits(value: WireInteger): boolean {
+  return typeof value === "number" || value <= BigInt(Number.MAX_SAFE_INTEGER);
 }
 
 /** A group's state as inspection shows it (never a receipt or the secret). */
@@ -213,10 +266,10 @@ interface CachedRecord {
 
 type Operation =
   | { kind: "claim"; project: string; max: number; settle: Settle<WorkDelivery[]> }
-  | { kind: "renew"; project: string; items: Receipt[]; settle: Settle<ReceiptOutcome<{ leaseExpiresAt: number }>[]> }
-  | { kind: "ack"; project: string; items: Receipt[]; settle: Settle<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]> }
-  | { kind: "nack"; project: string; items: Receipt[]; settle: Settle<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]> }
-  | { kind: "recover"; request: RecoverParams; settle: Settle<RecoveryResult> };
+  | { kind: "renew"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ leaseExpiresAt: number }>[]> }
+  | { kind: "ack"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]> }
+  | { kind: "nack"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]> }
+  | { kind: "recover"; request: HeldRecovery; settle: Settle<RecoveryResult> };
 
 interface Settle<T> {
   resolve(value: T): void;
@@ -351,24 +404,36 @@ export class WorkGroups {
   }
 
   renew(params: ReceiptParams, signal?: AbortSignal) {
-    this.#member(params);
-    return new Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>((resolve, reject) =>
-      this.#actor(params.lane, params.group).enqueue({ kind: "renew", project: params.project, items: [...params.receipts], settle: { resolve, reject, signal } }),
-    );
+    return this.#receipts<{ leaseExpiresAt: number }>(params, (items, settle) => ({ kind: "renew", project: params.project, items, settle }), signal);
   }
 
   ack(params: ReceiptParams, signal?: AbortSignal) {
-    this.#member(params);
-    return new Promise<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]>((resolve, reject) =>
-      this.#actor(params.lane, params.group).enqueue({ kind: "ack", project: params.project, items: [...params.receipts], settle: { resolve, reject, signal } }),
-    );
+    return this.#receipts<{ ackedAt: number; duplicate: boolean }>(params, (items, settle) => ({ kind: "ack", project: params.project, items, settle }), signal);
   }
 
   nack(params: ReceiptParams, signal?: AbortSignal) {
+    return this.#receipts<{ retryAt: number; attempt: number; duplicate: boolean }>(params, (items, settle) => ({ kind: "nack", project: params.project, items, settle }), signal);
+  }
+
+  /**
+   * A receipt operation: the receipts whose sequences fit go to the group's
+   * actor; one naming a sequence beyond 2^53 owns nothing and is stale
+   * there and then. Outcomes keep the callers' order.
+   */
+  async #receipts<T>(
+    params: ReceiptParams,
+    operation: (items: HeldReceipt[], settle: Settle<ReceiptOutcome<T>[]>) => Operation,
+    signal?: AbortSignal,
+  ): Promise<ReceiptOutcome<T>[]> {
     this.#member(params);
-    return new Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>((resolve, reject) =>
-      this.#actor(params.lane, params.group).enqueue({ kind: "nack", project: params.project, items: [...params.receipts], settle: { resolve, reject, signal } }),
-    );
+    const held: HeldReceipt[] = [];
+    for (const r of params.receipts) if (fits(r.sequence)) held.push({ sequence: Number(r.sequence), receipt: r.receipt });
+    const answered =
+      held.length === 0
+        ? []
+        : await new Promise<ReceiptOutcome<T>[]>((resolve, reject) => this.#actor(params.lane, params.group).enqueue(operation(held, { resolve, reject, signal })));
+    let next = 0;
+    return params.receipts.map((r) => (fits(r.sequence) ? answered[next++]! : { error: stale(r.sequence) }));
   }
 
   async inspect(params: GroupTarget, signal?: AbortSignal): Promise<GroupInspection> {
@@ -383,7 +448,8 @@ export class WorkGroups {
     if (!recoverers.includes(project)) {
       throw new LaneError("lane_forbidden", `project ${project} may not recover group ${group} of lane ${lane}`);
     }
-    return new Promise<RecoveryResult>((resolve, reject) => this.#actor(lane, group).enqueue({ kind: "recover", request: params, settle: { resolve, reject, signal } }));
+    const request = heldRecovery(params);
+    return new Promise<RecoveryResult>((resolve, reject) => this.#actor(lane, group).enqueue({ kind: "recover", request, settle: { resolve, reject, signal } }));
   }
 
   /** Stops every group's watch and the signal subscription. */
@@ -921,7 +987,7 @@ class GroupActor {
   }
 
   /** Receipt operations: one outcome per item; a failed item changes nothing. */
-  #each<T>(op: { items: Receipt[]; settle: Settle<ReceiptOutcome<T>[]> }, apply: (item: Receipt) => T): () => void {
+  #each<T>(op: { items: HeldReceipt[]; settle: Settle<ReceiptOutcome<T>[]> }, apply: (item: HeldReceipt) => T): () => void {
     const results: ReceiptOutcome<T>[] = op.items.map((item) => {
       try {
         return { ok: apply(item) };

@@ -173,3 +173,27 @@ test("a group whose configuration names no recoverer: startup warns about it (an
   expect(error.rawMessage).toContain("its configuration names no recoverer");
   expect(error.rawMessage).toContain("provision a namespace generation whose configuration names a recoverer");
 });
+
+test("sequences and revisions beyond 2^53 reach the group exactly: stale, conflict or invalid, quoted as sent", async () => {
+  const huge = 2n ** 63n;
+  const [record] = await publishWork(atlas, "fresh", ["exact-1"]);
+  const work = await claimOne(beacon, "fresh", "idle", 5_000);
+  expect(work?.record?.sequence).toBe(record!.sequence);
+  const forged = { lane: "fresh", group: "idle", sequence: huge, receipt: work!.receipt };
+  for (const call of [() => beacon.ack(forged), () => beacon.nack(forged), () => beacon.renew(forged)]) {
+    const error = await expectLaneError(call, Code.Aborted, "lane_stale");
+    expect(error.rawMessage).toContain(`delivery ${huge} of this group`);
+  }
+  // In a batch, the impossible sequence is answered in its place; the real receipt still completes its delivery.
+  const batch = await beacon.ackBatch({ lane: "fresh", group: "idle", receipts: [{ sequence: huge + 1n, receipt: work!.receipt }, receiptOf(work!)] });
+  expect(batch.results.map((r) => (r.outcome.case === "error" ? r.outcome.value.reason : r.outcome.case))).toEqual(["lane_stale", "acked"]);
+  expect(batch.results[0]!.outcome.case === "error" && batch.results[0]!.outcome.value.message).toContain(`delivery ${huge + 1n} of this group`);
+  const { revision } = await inspectGroup(beacon, "fresh", "idle");
+  const base = { lane: "fresh", group: "idle", id: "exact-recovery", revision, cursorThrough: 0n, expired: [], missing: [] };
+  const never = await expectLaneError(() => beacon.recoverGroup({ ...base, revision: huge }), Code.Aborted, "lane_conflict");
+  expect(never.rawMessage).toContain(`never at revision ${huge}`);
+  const beyond = await expectLaneError(() => beacon.recoverGroup({ ...base, cursorThrough: huge + 3n }), Code.InvalidArgument, "lane_invalid");
+  expect(beyond.rawMessage).toContain(`cursor_through ${huge + 3n} is beyond`);
+  const missing = await expectLaneError(() => beacon.recoverGroup({ ...base, missing: [huge + 5n] }), Code.InvalidArgument, "lane_invalid");
+  expect(missing.rawMessage).toContain(`delivery ${huge + 5n} is not an unfinished delivery`);
+});

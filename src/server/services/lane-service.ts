@@ -25,6 +25,7 @@ import {
   type InspectedState,
   type LanesCore,
   type PublishOutcome,
+  type Receipt,
   type RecordKind as CoreRecordKind,
   type RecoveryResult,
   type RegistryView,
@@ -273,10 +274,10 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
           lane: req.lane,
           group: req.group,
           id: req.id,
-          revision: safeNumber(req.revision),
-          cursorThrough: safeNumber(req.cursorThrough),
-          expired: req.expired.map((e) => ({ sequence: safeNumber(e.sequence), receipt: e.receipt })),
-          missing: req.missing.map(safeNumber),
+          revision: req.revision,
+          cursorThrough: req.cursorThrough,
+          expired: req.expired.map((e) => ({ sequence: e.sequence, receipt: e.receipt })),
+          missing: req.missing,
         },
         coreSignal(ctx),
       );
@@ -307,8 +308,8 @@ function waitMs(wait: Duration | undefined): number {
   return wait === undefined ? 0 : Number(wait.seconds) * 1_000 + Math.floor(wait.nanos / 1_000_000);
 }
 
-function receiptOf(item: { sequence: bigint; receipt: string }): { sequence: number; receipt: string } {
-  return { sequence: safeNumber(item.sequence), receipt: item.receipt };
+function receiptOf(item: { sequence: bigint; receipt: string }): Receipt {
+  return { sequence: item.sequence, receipt: item.receipt };
 }
 
 function workMessage(work: WorkDelivery) {
@@ -330,11 +331,6 @@ function okOf<T>(outcome: { ok: T } | { error: unknown }): T {
 function receiptError(error: unknown) {
   if (error instanceof LaneError) return create(ReceiptErrorSchema, { code: codeName(codeOfReason(error.reason)), reason: error.reason, message: error.message });
   return create(ReceiptErrorSchema, { code: "internal", reason: "internal", message: "internal error" });
-}
-
-/** A cursor beyond 2^53 cannot be a stream sequence: the core reports it as beyond the end. */
-function safeNumber(value: bigint): number {
-  return value > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(value);
 }
 
 function codeName(code: Code): string {
