@@ -88,10 +88,14 @@ export class Replayer {
     let position = cursor;
     let expected = start;
     // Read no more than the page can still use: as many records as events
-    // are wanted, then more only while work records were skipped, within
-    // the examined bound, the page's bytes and the lane's end.
+    // are wanted, then more only while work records were skipped — each
+    // read after the first doubles, so that a run of work costs a few reads,
+    // not one per record — within the examined bound, the page's bytes and
+    // the lane's end.
+    let wanted = 0;
     while (events.length < maxEvents && examined < MAX_EXAMINED && expected <= last && bytes < PAGE_BYTES) {
-      const count = Math.min(maxEvents - events.length, MAX_EXAMINED - examined, last - expected + 1);
+      wanted = Math.max(maxEvents - events.length, wanted * 2);
+      const count = Math.min(wanted, MAX_EXAMINED - examined, last - expected + 1);
       const records = await this.store.readFrom(stream, expected, count, signal, PAGE_BYTES - bytes);
       for (const record of records) {
         if (record.sequence !== expected) {
