@@ -45,9 +45,9 @@ import { NativeKeyPair } from "./native-keys.js";
 import { isMemberId } from "./swarm-names.js";
 
 /** The most service users one request names (listed and retired each). */
-export const MAX_SERVICE_USERS = 256;
+export const MAX_SERVICE_USERS = 32;
 /** The most subjects one side of a grant lists. */
-export const MAX_SERVICE_SUBJECTS = 1024;
+export const MAX_SERVICE_SUBJECTS = 64;
 /** A revocation of a credential without expiry is kept for good. */
 export const NEVER_EXPIRES = Number.MAX_SAFE_INTEGER;
 
