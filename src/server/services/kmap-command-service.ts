@@ -27,6 +27,7 @@ import {
 } from "../../kmap/index.js";
 import { lanewayError } from "../error-mapping.js";
 import { decodePageToken, encodePageToken, pageSize } from "../paging.js";
+import { callSignal } from "./call-signal.js";
 
 /**
  * KmapCommandService: decode, call the command lane, encode. The lane is
@@ -86,7 +87,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
     },
 
     async getCommand(req, ctx) {
-      const record = await retryWhileBusy(() => lane.get(req.idempotencyId), { signal: ctx.signal });
+      const record = await retryWhileBusy(() => lane.get(req.idempotencyId), { signal: callSignal(ctx) });
       if (!record) throw new KmapError("not_found", `no command with idempotency_id ${req.idempotencyId}`);
       return { record: commandRecordMessage(record) };
     },
@@ -95,7 +96,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
       const size = pageSize(req.pageSize);
       const after = decodePageToken(req.pageToken);
       const state = req.state === ProtoCommandState.UNSPECIFIED ? undefined : coreStates.get(req.state);
-      const records = await retryWhileBusy(() => lane.page(after, size + 1, state), { signal: ctx.signal });
+      const records = await retryWhileBusy(() => lane.page(after, size + 1, state), { signal: callSignal(ctx) });
       const page = records.slice(0, size);
       const last = page.at(-1);
       const status = lane.status();
@@ -113,7 +114,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
 
     async *watchCommands(req, ctx) {
       // Ends cleanly on client cancellation and when the server drains.
-      const signal = AbortSignal.any([ctx.signal, drain]);
+      const signal = callSignal(ctx, drain);
       const events = lane.watch({
         afterPosition: Number(req.afterPosition),
         idempotencyId: req.idempotencyId || undefined,

@@ -1,7 +1,6 @@
-import { setMaxListeners } from "node:events";
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, type ServiceImpl } from "@connectrpc/connect";
 import {
   type GetRegistryResponse,
   GetRegistryResponseSchema,
@@ -35,6 +34,7 @@ import { safeErrorFields, type Logger } from "../../log/logger.js";
 import { principalOf } from "../auth.js";
 import { codeOfReason } from "../error-mapping.js";
 import { notBuilt } from "../not-built.js";
+import { callSignal } from "./call-signal.js";
 
 /**
  * LaneService: decode, authorize, call the lanes core, encode. The service
@@ -48,32 +48,6 @@ const kinds: Record<CoreRecordKind, RecordKind> = { event: RecordKind.EVENT, wor
 function coreKind(kind: RecordKind): CoreRecordKind {
   // The contract's rules refuse UNSPECIFIED and unknown values before this.
   return kind === RecordKind.WORK ? "work" : "event";
-}
-
-/**
- * The call's signal as the core understands it: aborted with a
- * `TimeoutError` when the call's deadline passed, with an `AbortError` when
- * the client went away or the server is shutting down.
- */
-export function coreSignal(ctx: HandlerContext, ...others: AbortSignal[]): AbortSignal {
-  const controller = new AbortController();
-  // A batch waits on up to 128 records at once, each adding its own abort
-  // listener for the length of one broker operation: not a leak.
-  setMaxListeners(0, controller.signal);
-  const signals = [ctx.signal, ...others];
-  const onAbort = (source: AbortSignal) => {
-    const reason = source.reason;
-    const deadline = reason instanceof ConnectError && reason.code === Code.DeadlineExceeded;
-    controller.abort(new DOMException(deadline ? "the deadline passed" : "the call was canceled", deadline ? "TimeoutError" : "AbortError"));
-  };
-  for (const signal of signals) {
-    if (signal.aborted) {
-      onAbort(signal);
-      break;
-    }
-    signal.addEventListener("abort", () => onAbort(signal), { once: true, signal: controller.signal });
-  }
-  return controller.signal;
 }
 
 export function laneRecordMessage(record: LaneRecord): LaneRecordMessage {
@@ -135,7 +109,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
         project,
         req.lane,
         { id: req.id, kind: coreKind(req.kind), schema: req.schema, payload: req.payload, provenance: req.provenance },
-        coreSignal(ctx),
+        callSignal(ctx),
       );
       return publishResponse(outcome);
     },
@@ -145,7 +119,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
         project,
         req.lane,
         req.records.map((r) => ({ id: r.id, kind: coreKind(r.kind), schema: r.schema, payload: r.payload, provenance: r.provenance })),
-        coreSignal(ctx),
+        callSignal(ctx),
       );
       return {
         results: outcomes.map((outcome) =>
@@ -155,7 +129,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async replay(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const page = await lanes().replay(project, req.lane, req.cursor, req.maxEvents, coreSignal(ctx));
+      const page = await lanes().replay(project, req.lane, req.cursor, req.maxEvents, callSignal(ctx));
       return {
         events: page.events.map(laneRecordMessage),
         cursor: BigInt(page.cursor),
@@ -166,28 +140,28 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     async *follow(req, ctx) {
       const { project } = principalOf(ctx, "project");
       // Ends cleanly on client cancellation and when the server drains.
-      for await (const page of lanes().follow(project, req.lane, req.cursor, coreSignal(ctx, drain))) {
+      for await (const page of lanes().follow(project, req.lane, req.cursor, callSignal(ctx, drain))) {
         yield { events: page.events.map(laneRecordMessage), cursor: BigInt(page.cursor) };
       }
     },
     async claim(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [work] = await lanes().claim({ project, lane: req.lane, group: req.group, max: 1, waitMs: waitMs(req.wait) }, coreSignal(ctx, drain));
+      const [work] = await lanes().claim({ project, lane: req.lane, group: req.group, max: 1, waitMs: waitMs(req.wait) }, callSignal(ctx, drain));
       return work === undefined ? {} : { work: workMessage(work) };
     },
     async claimBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const work = await lanes().claim({ project, lane: req.lane, group: req.group, max: req.maxRecords, waitMs: waitMs(req.wait) }, coreSignal(ctx, drain));
+      const work = await lanes().claim({ project, lane: req.lane, group: req.group, max: req.maxRecords, waitMs: waitMs(req.wait) }, callSignal(ctx, drain));
       return { work: work.map(workMessage) };
     },
     async renew(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
+      const [outcome] = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       return { leaseExpiresAt: timestampFromMs(okOf(outcome!).leaseExpiresAt) };
     },
     async renewBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
+      const outcomes = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o ? { outcome: { case: "renewed" as const, value: { leaseExpiresAt: timestampFromMs(o.ok.leaseExpiresAt) } } } : { outcome: { case: "error" as const, value: receiptError(o.error) } },
@@ -196,13 +170,13 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async ack(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
+      const [outcome] = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       const acked = okOf(outcome!);
       return { ackedAt: timestampFromMs(acked.ackedAt), duplicate: acked.duplicate };
     },
     async ackBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
+      const outcomes = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o
@@ -213,13 +187,13 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async nack(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
+      const [outcome] = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       const nacked = okOf(outcome!);
       return { retryAt: timestampFromMs(nacked.retryAt), attempt: nacked.attempt };
     },
     async nackBatch(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
+      const outcomes = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o
@@ -230,7 +204,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async inspectGroup(req, ctx) {
       const { project } = principalOf(ctx, "project");
-      const g = await lanes().inspect({ project, lane: req.lane, group: req.group }, coreSignal(ctx));
+      const g = await lanes().inspect({ project, lane: req.lane, group: req.group }, callSignal(ctx));
       return {
         group: {
           lane: g.lane,
@@ -279,7 +253,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
           expired: req.expired.map((e) => ({ sequence: e.sequence, receipt: e.receipt })),
           missing: req.missing,
         },
-        coreSignal(ctx),
+        callSignal(ctx),
       );
       return { result: recoveryResultMessage(result) };
     },
