@@ -17,12 +17,13 @@ import { LaneRegistry, loadLanesConfig, type LanesCore } from "../src/lanes/inde
 import { silentLogger } from "../src/log/logger.js";
 import { Authenticator, principalKey } from "../src/server/auth.js";
 import { laneServiceImpl } from "../src/server/services/lane-service.js";
+import { lanesBinding } from "../src/server/cores/lanes.js";
 
 const config = await loadLanesConfig(process.argv[2]!, process.env);
 const authenticator = new Authenticator({ projectTokens: config.tokens });
 // Only GetRegistry is measured: the core needs nothing but its registry.
 const registryOnly = { registry: new LaneRegistry(config) } as unknown as LanesCore;
-const impl = laneServiceImpl(registryOnly, new AbortController().signal, silentLogger);
+const impl = laneServiceImpl(registryOnly, new AbortController().signal, silentLogger, lanesBinding.errors);
 const handler = connectNodeAdapter({
   routes: (router) =>
     router.service(LaneService, {

@@ -1,5 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { Code, ServiceImpl } from "@connectrpc/connect";
 import type { Secret } from "../config/index.js";
 import type { ErrorDomain } from "../errors/core-error.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
@@ -33,14 +33,17 @@ export interface ServiceRequirement {
 }
 
 /**
- * A core's error domain: the name sent in `ErrorDetail.domain`, and the
- * reasons the core's specification uses for failures that do not come from
- * the core itself (a request that breaks the contract, a cancellation, a
- * deadline, the server shutting down). A failure without its own reason in
- * the domain gets the shared one (`invalid_argument`, `canceled`, …).
+ * A core's error domain: the name sent in `ErrorDetail.domain`; every reason
+ * the core gives its failures with the Connect code it answers (one row per
+ * reason: DESIGN.md's status table); and the reasons the core's
+ * specification uses for failures that do not come from the core itself (a
+ * request that breaks the contract, a cancellation, a deadline, the server
+ * shutting down). A failure without its own reason in the domain gets the
+ * server's shared one (`invalid_argument`, `canceled`, …).
  */
 export interface ErrorDomainSpec {
   readonly domain: ErrorDomain;
+  readonly reasons: Readonly<Record<string, Code>>;
   readonly fallbackReasons: Partial<Record<FallbackKind, string>>;
 }
 

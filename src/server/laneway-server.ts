@@ -274,7 +274,7 @@ export class LanewayServer {
       };
       const handler = lanewayNodeAdapter({
         routes,
-        interceptors: [errorMappingInterceptor(log, domainOf), createValidateInterceptor({ validator: contractValidator })],
+        interceptors: [errorMappingInterceptor(log, domainOf, new Map(bindings.map((b) => [b.errors.domain, b.errors]))), createValidateInterceptor({ validator: contractValidator })],
         requestGate: gate,
         shutdownSignal: shutdown.signal,
         limits: server.wire,

@@ -1,10 +1,11 @@
 import { join } from "node:path";
+import { Code } from "@connectrpc/connect";
 import { KmapCommandService } from "../../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
 import { KmapReadService } from "../../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
-import { openKmapCore, rootCauseFields } from "../../kmap/index.js";
+import { openKmapCore, rootCauseFields, type KmapReason } from "../../kmap/index.js";
 import { KMAP_PAUSE_POINTS } from "../../kmap/internal.js";
 import { safeErrorFields } from "../../log/logger.js";
-import { implement, type CoreBinding } from "../core-binding.js";
+import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { kmapCommandServiceImpl } from "../services/kmap-command-service.js";
 import { kmapReadServiceImpl } from "../services/kmap-read-service.js";
 
@@ -16,9 +17,22 @@ import { kmapReadServiceImpl } from "../services/kmap-read-service.js";
  * names the root cause's code (`SQLITE_FULL`, `SQLITE_IOERR_WRITE`, a
  * worker's exit), never a path.
  */
+/** The Kmap command lane's reasons (seed 004) and their codes. */
+const reasons: Readonly<Record<KmapReason, Code>> = {
+  invalid_input: Code.InvalidArgument,
+  conflict: Code.Aborted,
+  not_found: Code.NotFound,
+  backlog_full: Code.ResourceExhausted,
+  position_pruned: Code.Aborted,
+  unavailable: Code.Unavailable,
+  internal: Code.Internal,
+};
+
+const errors: ErrorDomainSpec = { domain: "kmap", reasons, fallbackReasons: { invalid: "invalid_input" } };
+
 export const kmapBinding: CoreBinding = {
   name: "kmap",
-  errors: { domain: "kmap", fallbackReasons: { invalid: "invalid_input" } },
+  errors,
   services: [
     { service: KmapCommandService, principal: "operator" },
     { service: KmapReadService, principal: "operator" },
@@ -43,7 +57,7 @@ export const kmapBinding: CoreBinding = {
     );
     return {
       implementations: [
-        implement(KmapCommandService, kmapCommandServiceImpl(core.queue, ctx.drain)),
+        implement(KmapCommandService, kmapCommandServiceImpl(core.queue, ctx.drain, errors)),
         implement(KmapReadService, kmapReadServiceImpl(core.reader)),
       ],
       fatal,

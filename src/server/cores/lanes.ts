@@ -1,6 +1,7 @@
+import { Code } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
-import { openLanesCore, PUBLISH_PAUSE_POINTS, type LanesCore } from "../../lanes/index.js";
-import { implement, type CoreBinding } from "../core-binding.js";
+import { openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesCore } from "../../lanes/index.js";
+import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
 
 /**
@@ -11,18 +12,34 @@ import { laneServiceImpl } from "../services/lane-service.js";
  * exists, so every caller gets `unauthenticated`, and health reports the
  * service as off.
  */
+/** The lanes' reasons (seed 000) and their codes. */
+const reasons: Readonly<Record<LaneReason, Code>> = {
+  lane_invalid: Code.InvalidArgument,
+  lane_forbidden: Code.PermissionDenied,
+  lane_conflict: Code.Aborted,
+  lane_cursor: Code.Aborted,
+  lane_stale: Code.Aborted,
+  lane_capacity: Code.ResourceExhausted,
+  lane_canceled: Code.Canceled,
+  lane_unavailable: Code.Unavailable,
+  lane_timeout: Code.DeadlineExceeded,
+};
+
+const errors: ErrorDomainSpec = {
+  domain: "lanes",
+  reasons,
+  fallbackReasons: {
+    invalid: "lane_invalid",
+    canceled: "lane_canceled",
+    timeout: "lane_timeout",
+    unavailable: "lane_unavailable",
+    capacity: "lane_capacity",
+  },
+};
+
 export const lanesBinding: CoreBinding = {
   name: "lanes",
-  errors: {
-    domain: "lanes",
-    fallbackReasons: {
-      invalid: "lane_invalid",
-      canceled: "lane_canceled",
-      timeout: "lane_timeout",
-      unavailable: "lane_unavailable",
-      capacity: "lane_capacity",
-    },
-  },
+  errors,
   services: [{ service: LaneService, principal: "project" }],
   pausePoints: PUBLISH_PAUSE_POINTS,
   async open(ctx) {
@@ -42,7 +59,7 @@ export const lanesBinding: CoreBinding = {
     const unsubscribe = ctx.broker.onStateChange(refresh);
     refresh();
     return {
-      implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log))],
+      implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log, errors))],
       ...(config ? { projectTokens: config.tokens } : {}),
       async close() {
         unsubscribe();

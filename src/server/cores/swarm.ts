@@ -1,4 +1,4 @@
-import { createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
@@ -12,11 +12,12 @@ import {
   openHiveHub,
   SwarmError,
   type HiveHub,
+  type SwarmReason,
   type HiveLanesSettings,
   type LaneClient,
   type OpenedHive,
 } from "../../swarm/index.js";
-import { implement, type CoreBinding } from "../core-binding.js";
+import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
 
 /**
@@ -33,9 +34,22 @@ import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-serv
  * client, like any project) once the server listens; it stops claiming as
  * soon as shutdown begins.
  */
+/** Swarm membership's reasons (seed 003) and their codes. */
+const reasons: Readonly<Record<SwarmReason, Code>> = {
+  swarm_invalid: Code.InvalidArgument,
+  swarm_forbidden: Code.PermissionDenied,
+  swarm_conflict: Code.Aborted,
+  swarm_not_found: Code.NotFound,
+  swarm_unavailable: Code.Unavailable,
+  swarm_migration_incomplete: Code.Aborted,
+  swarm_unscoped: Code.PermissionDenied,
+};
+
+const errors: ErrorDomainSpec = { domain: "swarm", reasons, fallbackReasons: { invalid: "swarm_invalid", unavailable: "swarm_unavailable" } };
+
 export const swarmBinding: CoreBinding = {
   name: "swarm",
-  errors: { domain: "swarm", fallbackReasons: { invalid: "swarm_invalid", unavailable: "swarm_unavailable" } },
+  errors,
   pausePoints: HUB_PAUSE_POINTS,
   services: [
     { service: HiveHubService, principal: "operator" },

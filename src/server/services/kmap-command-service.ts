@@ -25,7 +25,8 @@ import {
   type CommandRecord,
   type CommandState,
 } from "../../kmap/index.js";
-import { lanewayError } from "../error-mapping.js";
+import type { ErrorDomainSpec } from "../core-binding.js";
+import { domainError } from "../error-mapping.js";
 import { decodePageToken, encodePageToken, pageSize } from "../paging.js";
 import { callSignal } from "./call-signal.js";
 
@@ -74,7 +75,7 @@ export function commandRecordMessage(record: CommandRecord): ProtoCommandRecord 
   });
 }
 
-export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): ServiceImpl<typeof KmapCommandService> {
+export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal, errors: ErrorDomainSpec): ServiceImpl<typeof KmapCommandService> {
   return {
     async submitCommand(req) {
       // The contract makes `command` required; the interceptor has checked it.
@@ -125,7 +126,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
         try {
           next = await events.next();
         } catch (error) {
-          if (error instanceof PositionPrunedError) throw prunedError(error);
+          if (error instanceof PositionPrunedError) throw prunedError(errors, error);
           throw error;
         }
         if (next.done) return;
@@ -153,8 +154,8 @@ function watchMessage(event: CommandEvent) {
 }
 
 /** `position_pruned` with a detail a client can act on without parsing the message. */
-function prunedError(error: PositionPrunedError) {
-  const connectError = lanewayError("position_pruned", error.message, "kmap");
+function prunedError(errors: ErrorDomainSpec, error: PositionPrunedError) {
+  const connectError = domainError(errors, "position_pruned", error.message);
   connectError.details.push({
     desc: WatchPositionPrunedSchema,
     value: {

@@ -32,8 +32,9 @@ import {
 } from "../../lanes/index.js";
 import { safeErrorFields, type Logger } from "../../log/logger.js";
 import { principalOf } from "../auth.js";
+import type { ErrorDomainSpec } from "../core-binding.js";
 import { codeOfReason } from "../error-mapping.js";
-import { notBuilt } from "../not-built.js";
+import { notEnabled } from "../not-enabled.js";
 import { callSignal } from "./call-signal.js";
 
 /**
@@ -68,11 +69,11 @@ function publishResponse(outcome: PublishOutcome) {
   return create(PublishResponseSchema, { record: laneRecordMessage(outcome.record), duplicate: outcome.duplicate });
 }
 
-export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal, log: Logger): ServiceImpl<typeof LaneService> {
+export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal, log: Logger, errors: ErrorDomainSpec): ServiceImpl<typeof LaneService> {
   // Without a lanes configuration no project token exists, so the request
   // gate refuses every caller before any of these runs.
   const lanes = (): LanesCore => {
-    if (core === undefined) throw notBuilt("lanes", "LaneService (this server has no lanes configuration)");
+    if (core === undefined) throw notEnabled("lanes", "LaneService", "start laneway serve with --lanes-config");
     return core;
   };
   // The registry is immutable for the life of the process: build each
@@ -82,7 +83,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
   /** One record's failure in a batch, as Publish would have answered it. */
   const recordError = (error: unknown): PublishResult => {
     if (error instanceof LaneError) {
-      const code = codeOfReason(error.reason);
+      const code = codeOfReason(errors, error.reason);
       return create(PublishResultSchema, {
         outcome: { case: "error", value: create(RecordErrorSchema, { code: codeName(code), reason: error.reason, message: error.message }) },
       });
@@ -164,7 +165,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       const outcomes = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
-          "ok" in o ? { outcome: { case: "renewed" as const, value: { leaseExpiresAt: timestampFromMs(o.ok.leaseExpiresAt) } } } : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+          "ok" in o ? { outcome: { case: "renewed" as const, value: { leaseExpiresAt: timestampFromMs(o.ok.leaseExpiresAt) } } } : { outcome: { case: "error" as const, value: receiptError(errors, o.error) } },
         ),
       };
     },
@@ -181,7 +182,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
         results: outcomes.map((o) =>
           "ok" in o
             ? { outcome: { case: "acked" as const, value: { ackedAt: timestampFromMs(o.ok.ackedAt), duplicate: o.ok.duplicate } } }
-            : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+            : { outcome: { case: "error" as const, value: receiptError(errors, o.error) } },
         ),
       };
     },
@@ -198,7 +199,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
         results: outcomes.map((o) =>
           "ok" in o
             ? { outcome: { case: "nacked" as const, value: { retryAt: timestampFromMs(o.ok.retryAt), attempt: o.ok.attempt } } }
-            : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+            : { outcome: { case: "error" as const, value: receiptError(errors, o.error) } },
         ),
       };
     },
@@ -302,8 +303,8 @@ function okOf<T>(outcome: { ok: T } | { error: unknown }): T {
 }
 
 /** One receipt's failure in a batch, as the single call would have answered it (never the receipt). */
-function receiptError(error: unknown) {
-  if (error instanceof LaneError) return create(ReceiptErrorSchema, { code: codeName(codeOfReason(error.reason)), reason: error.reason, message: error.message });
+function receiptError(errors: ErrorDomainSpec, error: unknown) {
+  if (error instanceof LaneError) return create(ReceiptErrorSchema, { code: codeName(codeOfReason(errors, error.reason)), reason: error.reason, message: error.message });
   return create(ReceiptErrorSchema, { code: "internal", reason: "internal", message: "internal error" });
 }
 
