@@ -1,6 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { Code, ServiceImpl } from "@connectrpc/connect";
-import type { Secret } from "../config/index.js";
 import type { ErrorDomain } from "../errors/core-error.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 import type { Logger } from "../log/logger.js";
@@ -21,10 +20,28 @@ import type { StartupConfig } from "../startup/index.js";
  */
 
 /**
- * Who may call a service: a project token, the operator token, a hive
- * member's invite secret, or anyone (health and reflection only).
+ * Who may call a service: `operator` (the server's own principal, the
+ * operator token), a kind a core's binding declares in `principals` and
+ * recognizes in `authenticate` (`project`, `member`), or — for health and
+ * reflection only, which are not a core's — anyone.
  */
-export type PrincipalKind = "project" | "operator" | "member";
+export type PrincipalKind = string;
+
+/**
+ * Who is calling. The bearer token alone decides it: never a header other
+ * than Authorization, a request field or a URI. `id` names who it is (a
+ * project, a member; empty for the operator).
+ */
+export interface Principal {
+  readonly kind: PrincipalKind;
+  readonly id: string;
+}
+
+/**
+ * Recognizes a bearer token as one of the core's principals, or not. It
+ * compares secrets in constant time, and never logs or echoes the token.
+ */
+export type Authenticate = (token: string) => Principal | undefined | Promise<Principal | undefined>;
 
 /** One service a core offers and the principal every call must present. */
 export interface ServiceRequirement {
@@ -85,11 +102,6 @@ export function implement<S extends DescService>(service: S, impl: ServiceImpl<S
   return { service, impl: impl as unknown as Partial<ServiceImpl<DescService>> };
 }
 
-/** Resolves a hive member's invite secret; provided by the swarm core. */
-export interface MemberSecretResolver {
-  resolveMember(secret: string): Promise<{ memberId: string } | undefined>;
-}
-
 /** An opened core, as the server runs it. */
 export interface OpenCore {
   /** Handlers for every service the binding declares. */
@@ -100,10 +112,12 @@ export interface OpenCore {
    * a supervisor restarts it and recovery runs.
    */
   readonly fatal?: Promise<Error>;
-  /** Bearer tokens this core's configuration defines (the lanes' project tokens). */
-  readonly projectTokens?: ReadonlyMap<string, Secret>;
-  /** Resolves invite secrets of hive members (the swarm core). */
-  readonly members?: MemberSecretResolver;
+  /**
+   * Recognizes the bearer tokens of the principals the binding declares.
+   * Asked on every call to a service that needs a credential, whichever
+   * core the service belongs to.
+   */
+  readonly authenticate?: Authenticate;
   /**
    * Called once the listener accepts calls: work that may call this very
    * server (the hive's lane participant, for one) starts here, not in `open`.
@@ -119,6 +133,11 @@ export interface CoreBinding {
   readonly name: string;
   readonly errors: ErrorDomainSpec;
   readonly services: readonly ServiceRequirement[];
+  /**
+   * The principal kinds this core's `authenticate` recognizes, each with
+   * how a message names its credential (`project`: "a project token").
+   */
+  readonly principals?: Readonly<Record<PrincipalKind, string>>;
   /** Fault-injection pause point names the core may reach (tests only). */
   readonly pausePoints?: readonly string[];
   open(context: CoreContext): Promise<OpenCore>;

@@ -22,7 +22,7 @@ import { hiveBrokerSetup } from "../swarm/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
 import { Authenticator, type ServiceAccess } from "./auth.js";
-import type { CoreBinding, MemberSecretResolver, OpenCore } from "./core-binding.js";
+import type { CoreBinding, OpenCore } from "./core-binding.js";
 import { coreBindings } from "./cores/index.js";
 import { errorMappingInterceptor, invalidReason, lanewayError, serverDomain } from "./error-mapping.js";
 import { HealthStatus, healthRoutes } from "./health.js";
@@ -237,9 +237,12 @@ export class LanewayServer {
       for (const binding of bindings) {
         for (const { service, principal } of binding.services) access.set(service.typeName, { principal, errors: binding.errors });
       }
-      const projectTokens = new Map(cores.flatMap(({ core }) => [...(core.projectTokens ?? new Map())]));
-      const members: MemberSecretResolver | undefined = cores.find(({ core }) => core.members)?.core.members;
-      const authenticator = new Authenticator({ projectTokens, operatorToken: server.adminToken, members, access });
+      const authenticator = new Authenticator({
+        operatorToken: server.adminToken,
+        authenticators: cores.flatMap(({ core }) => (core.authenticate ? [core.authenticate] : [])),
+        kinds: new Map(bindings.flatMap((b) => Object.entries(b.principals ?? {}))),
+        access,
+      });
 
       // The first core to fail at run time, or an embedded broker that
       // cannot be restarted, ends the server.

@@ -1,6 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesCore } from "../../lanes/index.js";
+import { secretAuthenticator } from "../auth.js";
 import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
 
@@ -41,6 +42,7 @@ export const lanesBinding: CoreBinding = {
   name: "lanes",
   errors,
   services: [{ service: LaneService, principal: "project" }],
+  principals: { project: "a project token" },
   pausePoints: PUBLISH_PAUSE_POINTS,
   async open(ctx) {
     const config = ctx.startup.lanes;
@@ -60,7 +62,7 @@ export const lanesBinding: CoreBinding = {
     refresh();
     return {
       implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log, errors))],
-      ...(config ? { projectTokens: config.tokens } : {}),
+      ...(config ? { authenticate: secretAuthenticator("project", config.tokens) } : {}),
       async close() {
         unsubscribe();
         await core?.close();

@@ -55,6 +55,7 @@ export const swarmBinding: CoreBinding = {
     { service: HiveHubService, principal: "operator" },
     { service: HiveMemberService, principal: "member" },
   ],
+  principals: { member: "a hive member's invite secret" },
   async open(ctx) {
     const names = [HiveHubService.typeName, HiveMemberService.typeName];
     let opened: OpenedHive | undefined;
@@ -84,7 +85,6 @@ export const swarmBinding: CoreBinding = {
       };
       return {
         implementations: [implement(HiveHubService, hiveHubServiceImpl(hub)), implement(HiveMemberService, hiveMemberServiceImpl(hub))],
-        members: { resolveMember: async () => undefined },
         async close() {},
       };
     }
@@ -115,7 +115,10 @@ export const swarmBinding: CoreBinding = {
     const hub = () => hive.hub;
     return {
       implementations: [implement(HiveHubService, hiveHubServiceImpl(hub)), implement(HiveMemberService, hiveMemberServiceImpl(hub))],
-      members: { resolveMember: async (secret) => hive.hub.resolveMember(secret) },
+      authenticate: (token) => {
+        const member = hive.hub.resolveMember(token);
+        return member && { kind: "member", id: member.memberId };
+      },
       listening() {
         if (lanesSettings !== undefined) startLanes(lanesSettings);
       },

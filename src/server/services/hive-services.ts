@@ -239,11 +239,11 @@ function progressMessage(p: CoreProgress): MigrateResponse {
 export function hiveMemberServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveMemberService> {
   return {
     async join(_req, ctx) {
-      const { memberId } = principalOf(ctx, "member");
+      const { id: memberId } = principalOf(ctx, "member");
       return { credential: memberCredential(await hub().mint(memberId, "join")) };
     },
     async refresh(_req, ctx) {
-      const { memberId } = principalOf(ctx, "member");
+      const { id: memberId } = principalOf(ctx, "member");
       return { credential: memberCredential(await hub().mint(memberId, "refresh")) };
     },
   };

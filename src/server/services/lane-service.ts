@@ -96,7 +96,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
 
   return {
     getRegistry(_req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       let answer = answers.get(project);
       if (answer === undefined) {
         answer = registryResponse(lanes().registry.viewFor(project));
@@ -105,7 +105,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       return answer;
     },
     async publish(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const outcome = await lanes().publish(
         project,
         req.lane,
@@ -115,7 +115,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       return publishResponse(outcome);
     },
     async publishBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const outcomes = await lanes().publishBatch(
         project,
         req.lane,
@@ -129,7 +129,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async replay(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const page = await lanes().replay(project, req.lane, req.cursor, req.maxEvents, callSignal(ctx));
       return {
         events: page.events.map(laneRecordMessage),
@@ -139,29 +139,29 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async *follow(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       // Ends cleanly on client cancellation and when the server drains.
       for await (const page of lanes().follow(project, req.lane, req.cursor, callSignal(ctx, drain))) {
         yield { events: page.events.map(laneRecordMessage), cursor: BigInt(page.cursor) };
       }
     },
     async claim(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const [work] = await lanes().claim({ project, lane: req.lane, group: req.group, max: 1, waitMs: waitMs(req.wait) }, callSignal(ctx, drain));
       return work === undefined ? {} : { work: workMessage(work) };
     },
     async claimBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const work = await lanes().claim({ project, lane: req.lane, group: req.group, max: req.maxRecords, waitMs: waitMs(req.wait) }, callSignal(ctx, drain));
       return { work: work.map(workMessage) };
     },
     async renew(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const [outcome] = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       return { leaseExpiresAt: timestampFromMs(okOf(outcome!).leaseExpiresAt) };
     },
     async renewBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const outcomes = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
@@ -170,13 +170,13 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async ack(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const [outcome] = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       const acked = okOf(outcome!);
       return { ackedAt: timestampFromMs(acked.ackedAt), duplicate: acked.duplicate };
     },
     async ackBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const outcomes = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
@@ -187,13 +187,13 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async nack(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const [outcome] = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       const nacked = okOf(outcome!);
       return { retryAt: timestampFromMs(nacked.retryAt), attempt: nacked.attempt };
     },
     async nackBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const outcomes = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
@@ -204,7 +204,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async inspectGroup(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const g = await lanes().inspect({ project, lane: req.lane, group: req.group }, callSignal(ctx));
       return {
         group: {
@@ -242,7 +242,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async recoverGroup(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const result = await lanes().recover(
         {
           project,
