@@ -3,8 +3,9 @@ import type { Code, ServiceImpl } from "@connectrpc/connect";
 import type { ErrorDomain } from "../errors/core-error.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 import type { Logger } from "../log/logger.js";
-import type { BrokerConnection } from "../nats/index.js";
+import type { BrokerConnection, BrokerPreparation } from "../nats/index.js";
 import type { StartupConfig } from "../startup/index.js";
+import type { PartHealth } from "./health.js";
 
 /**
  * The contract between the server and a core.
@@ -67,14 +68,19 @@ export interface ErrorDomainSpec {
 /** The kinds of failure a domain may give its own reason. */
 export type FallbackKind = "invalid" | "canceled" | "timeout" | "unavailable" | "capacity";
 
-/**
- * How a core reports health. `serving` and `not_serving` count towards the
- * server's overall status (`""`); `off` reports NOT_SERVING for the name but
- * leaves the overall status alone (a core that is not configured, or not in
- * this version).
- */
+/** How a core reports health (see `PartHealth` in health.ts). */
 export interface HealthReporter {
-  set(name: string, state: "serving" | "not_serving" | "off"): void;
+  set(name: string, state: PartHealth): void;
+}
+
+/** What a core may use to prepare the broker, before Laneway connects to it. */
+export interface BrokerPreparationContext {
+  readonly dataDir: string;
+  /** Demo mode: a core may create what its demo needs. */
+  readonly demo: boolean;
+  /** Whether Laneway starts the embedded nats-server (no --nats-url). */
+  readonly embedded: boolean;
+  readonly log: Logger;
 }
 
 /** What a core may use while it opens. */
@@ -131,6 +137,8 @@ export interface OpenCore {
 export interface CoreBinding {
   /** Short name for logs and shutdown steps (`kmap`). */
   readonly name: string;
+  /** How a startup failure names the core: `<title> cannot start: <the core's message>`. */
+  readonly title: string;
   readonly errors: ErrorDomainSpec;
   readonly services: readonly ServiceRequirement[];
   /**
@@ -140,5 +148,17 @@ export interface CoreBinding {
   readonly principals?: Readonly<Record<PrincipalKind, string>>;
   /** Fault-injection pause point names the core may reach (tests only). */
   readonly pausePoints?: readonly string[];
+  /**
+   * Prepares the broker before Laneway starts or connects to it (at most one
+   * core may): the embedded server's settings and listen address, and the
+   * credentials Laneway connects with. Undefined leaves the broker as it is.
+   */
+  prepareBroker?(context: BrokerPreparationContext): Promise<BrokerPreparation | undefined>;
+  /**
+   * Opens the core. A failure is reported one way for every core: a
+   * CoreStartupError (kept as it is), or a CoreError, which the server turns
+   * into one (`unavailable` when its reason's code is, `state_conflict`
+   * otherwise); `laneway serve` prints its message and exits 1 or 2.
+   */
   open(context: CoreContext): Promise<OpenCore>;
 }

@@ -32,6 +32,7 @@ const errors: ErrorDomainSpec = { domain: "kmap", reasons, fallbackReasons: { in
 
 export const kmapBinding: CoreBinding = {
   name: "kmap",
+  title: "the Kmap command lane",
   errors,
   services: [
     { service: KmapCommandService, principal: "operator" },

@@ -40,6 +40,7 @@ const errors: ErrorDomainSpec = {
 
 export const lanesBinding: CoreBinding = {
   name: "lanes",
+  title: "lanes",
   errors,
   services: [{ service: LaneService, principal: "project" }],
   principals: { project: "a project token" },

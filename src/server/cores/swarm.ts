@@ -3,9 +3,9 @@ import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport } from "../../client/transport.js";
-import { CoreStartupError } from "../../errors/core-error.js";
 import {
   HiveLanes,
+  hiveBrokerSetup,
   HUB_PAUSE_POINTS,
   hiveLanesSettingsFromEnv,
   hubMigrationMarks,
@@ -15,7 +15,6 @@ import {
   type SwarmReason,
   type HiveLanesSettings,
   type LaneClient,
-  type OpenedHive,
 } from "../../swarm/index.js";
 import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
@@ -49,6 +48,7 @@ const errors: ErrorDomainSpec = { domain: "swarm", reasons, fallbackReasons: { i
 
 export const swarmBinding: CoreBinding = {
   name: "swarm",
+  title: "the hive hub",
   errors,
   pausePoints: HUB_PAUSE_POINTS,
   services: [
@@ -56,27 +56,25 @@ export const swarmBinding: CoreBinding = {
     { service: HiveMemberService, principal: "member" },
   ],
   principals: { member: "a hive member's invite secret" },
+  // With the hive enabled (`laneway hive init`; demo mode enables it on the
+  // embedded broker), NATS runs in operator mode and Laneway connects as a
+  // service user of its own account, which no hive member can reach.
+  async prepareBroker(ctx) {
+    const hive = await hiveBrokerSetup(ctx.dataDir, { initialize: ctx.demo && ctx.embedded });
+    if (hive === undefined) return undefined;
+    return { credentialsFile: hive.lanewayCredentialsFile, account: hive.lanewayAccount, listen: hive.listen, config: (resolverDir) => hive.config(resolverDir) };
+  },
   async open(ctx) {
     const names = [HiveHubService.typeName, HiveMemberService.typeName];
-    let opened: OpenedHive | undefined;
-    let lanesSettings: HiveLanesSettings | undefined;
-    try {
-      lanesSettings = hiveLanesSettingsFromEnv(ctx.startup.env);
-      opened = await openHiveHub({
-        dataDir: ctx.startup.server.dataDir,
-        env: ctx.startup.env,
-        servers: ctx.broker.servers,
-        pausePoints: ctx.pausePoints,
-        log: ctx.log,
-        replicas: ctx.startup.server.replicas,
-      });
-    } catch (error) {
-      if (error instanceof SwarmError) {
-        const kind = error.reason === "swarm_unavailable" ? "unavailable" : "state_conflict";
-        throw new CoreStartupError("swarm", kind, `the hive hub cannot start: ${error.message}`, { cause: error });
-      }
-      throw error;
-    }
+    const lanesSettings = hiveLanesSettingsFromEnv(ctx.startup.env);
+    const opened = await openHiveHub({
+      dataDir: ctx.startup.server.dataDir,
+      env: ctx.startup.env,
+      servers: ctx.broker.servers,
+      pausePoints: ctx.pausePoints,
+      log: ctx.log,
+      replicas: ctx.startup.server.replicas,
+    });
     if (opened === undefined) {
       if (lanesSettings !== undefined) ctx.log.warn("HIVE_LANES_* are set, but the hive is not initialized: the hive lane adapter is off");
       for (const name of names) ctx.health.set(name, "off");
