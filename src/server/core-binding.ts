@@ -4,7 +4,7 @@ import type { ErrorDomain } from "../errors/core-error.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 import type { Logger } from "../log/logger.js";
 import type { BrokerConnection, BrokerPreparation } from "../nats/index.js";
-import type { StartupConfig } from "../startup/index.js";
+import type { CoreSettings, StartupConfig } from "../startup/index.js";
 import type { PartHealth } from "./health.js";
 
 /**
@@ -86,6 +86,8 @@ export interface BrokerPreparationContext {
 /** What a core may use while it opens. */
 export interface CoreContext {
   readonly startup: StartupConfig;
+  /** What the binding's `settings.resolve` returned (undefined without settings). */
+  readonly settings: unknown;
   /** A logger whose lines carry `core: <name>`. */
   readonly log: Logger;
   /** Laneway's NATS connection (embedded or external). */
@@ -148,6 +150,14 @@ export interface CoreBinding {
   readonly principals?: Readonly<Record<PrincipalKind, string>>;
   /** Fault-injection pause point names the core may reach (tests only). */
   readonly pausePoints?: readonly string[];
+  /**
+   * The core's flags and variables and how they become its configuration
+   * (resolved before anything starts; `serve --help` and
+   * docs/operations.md list them). Its result is `CoreContext.settings`.
+   */
+  readonly settings?: CoreSettings;
+  /** One line for `laneway serve`'s startup banner: what the core serves with its settings. */
+  summary?(settings: unknown): string;
   /**
    * Prepares the broker before Laneway starts or connects to it (at most one
    * core may): the embedded server's settings and listen address, and the

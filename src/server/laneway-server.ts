@@ -168,6 +168,7 @@ export class LanewayServer {
         const core = await binding
           .open({
             startup,
+            settings: startup.cores.get(binding.name),
             log: log.child({ core: binding.name }),
             broker,
             drain: drain.signal,

@@ -2,6 +2,7 @@ import { join } from "node:path";
 import { Code } from "@connectrpc/connect";
 import { KmapCommandService } from "../../../gen/laneway/kmap/v1/kmap_command_service_pb.js";
 import { KmapReadService } from "../../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
+import { parseCount } from "../../config/index.js";
 import { openKmapCore, rootCauseFields, type KmapReason } from "../../kmap/index.js";
 import { KMAP_PAUSE_POINTS } from "../../kmap/internal.js";
 import { safeErrorFields } from "../../log/logger.js";
@@ -30,6 +31,14 @@ const reasons: Readonly<Record<KmapReason, Code>> = {
 
 const errors: ErrorDomainSpec = { domain: "kmap", reasons, fallbackReasons: { invalid: "invalid_input" } };
 
+export const KMAP_DEFAULTS = Object.freeze({ maxPending: 10_000 });
+const MAX_PENDING_RANGE = { min: 1, max: 10_000_000 };
+
+export interface KmapSettings {
+  /** The most unfinished commands; past it SubmitCommand answers resource_exhausted (`backlog_full`). */
+  readonly maxPending: number;
+}
+
 export const kmapBinding: CoreBinding = {
   name: "kmap",
   title: "the Kmap command lane",
@@ -39,12 +48,27 @@ export const kmapBinding: CoreBinding = {
     { service: KmapReadService, principal: "operator" },
   ],
   pausePoints: KMAP_PAUSE_POINTS,
+  settings: {
+    core: "kmap",
+    title: "kmap",
+    declarations: [
+      {
+        flag: "kmap-max-pending",
+        env: "LANEWAY_KMAP_MAX_PENDING",
+        type: "string",
+        value: "N",
+        help: `unfinished Kmap commands at most; past it SubmitCommand answers resource_exhausted (default ${KMAP_DEFAULTS.maxPending})`,
+      },
+    ],
+    resolve: (values): KmapSettings => ({ maxPending: parseCount(values.get("kmap-max-pending"), KMAP_DEFAULTS.maxPending, MAX_PENDING_RANGE) }),
+  },
   async open(ctx) {
+    const settings = ctx.settings as KmapSettings;
     const core = await openKmapCore({
       directory: join(ctx.startup.server.dataDir, "kmap"),
       logger: ctx.log,
       pausePoints: ctx.pausePoints,
-      maxPending: ctx.startup.server.kmapMaxPending,
+      maxPending: settings.maxPending,
     });
     const names = [KmapCommandService.typeName, KmapReadService.typeName];
     for (const name of names) ctx.health.set(name, "serving");

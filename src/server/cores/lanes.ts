@@ -1,6 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
-import { openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesCore } from "../../lanes/index.js";
+import { resolve } from "node:path";
+import { loadLanesConfig, openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesConfig, type LanesCore } from "../../lanes/index.js";
 import { secretAuthenticator } from "../auth.js";
 import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
@@ -38,6 +39,13 @@ const errors: ErrorDomainSpec = {
   },
 };
 
+/** The lanes' settings: the configuration file (or the demo's) and what it holds. */
+export interface LanesSettings {
+  /** Where the configuration was loaded from; undefined when lanes are off. */
+  readonly path: string | undefined;
+  readonly config: LanesConfig | undefined;
+}
+
 export const lanesBinding: CoreBinding = {
   name: "lanes",
   title: "lanes",
@@ -45,8 +53,23 @@ export const lanesBinding: CoreBinding = {
   services: [{ service: LaneService, principal: "project" }],
   principals: { project: "a project token" },
   pausePoints: PUBLISH_PAUSE_POINTS,
+  settings: {
+    core: "lanes",
+    title: "lanes",
+    declarations: [{ flag: "lanes-config", env: "LANEWAY_LANES_CONFIG", type: "string", value: "FILE", help: "the lanes configuration (lanes.json); without it lanes are off" }],
+    async resolve(values, ctx): Promise<LanesSettings> {
+      const given = values.get("lanes-config");
+      const path = given === undefined ? ctx.demo?.lanesConfigPath : resolve(ctx.cwd, given.value);
+      // The project tokens are checked against the operator token of ctx.env.
+      return { path, config: path === undefined ? undefined : await loadLanesConfig(path, ctx.env, { cwd: ctx.cwd }) };
+    },
+  },
+  summary(settings) {
+    const { config } = settings as LanesSettings;
+    return config ? `namespace ${config.namespace}, ${config.lanes.length} lane(s), ${config.principals.length} project(s)` : "off (no --lanes-config)";
+  },
   async open(ctx) {
-    const config = ctx.startup.lanes;
+    const { config } = ctx.settings as LanesSettings;
     let core: LanesCore | undefined;
     if (config) {
       core = await openLanesCore({

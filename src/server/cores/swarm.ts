@@ -56,6 +56,25 @@ export const swarmBinding: CoreBinding = {
     { service: HiveMemberService, principal: "member" },
   ],
   principals: { member: "a hive member's invite secret" },
+  // Read by the hub as it opens (their names are the specification's wire contract).
+  settings: {
+    core: "swarm",
+    title: "hive hub (variables only)",
+    declarations: [
+      { env: "AGENTIHOOKS_NATS_SIGNER", type: "string", value: "", help: "where the signer record lives (file:<folder>, hub:<name>)" },
+      { env: "LANEWAY_HIVE_REDIS_URL", type: "string", value: "", help: "the hive's Redis, for member passwords" },
+      { env: "AGENTIHOOKS_BUS_SCOPED", type: "string", value: "", help: "the hub's bus mode: per-swarm streams" },
+      { env: "AGENTIHOOKS_BUS_BIND", type: "string", value: "", help: "bind to the swarms' streams instead of provisioning them" },
+      { env: "LANEWAY_HIVE_SLOT_ACCOUNTS", type: "string", value: "", help: "the slot accounts and their sizes, name:slots[,name:slots…]" },
+      { env: "LANEWAY_HIVE_SLOTS_PER_HIVE", type: "string", value: "", help: "the most slots one hive holds at once" },
+      { env: "HIVE_LANES_ADDRESS", type: "string", value: "", help: "the hive as a lane participant: the Laneway it claims from" },
+      { env: "HIVE_LANES_TOKEN", type: "string", value: "", help: "… its project token" },
+      { env: "HIVE_LANES_LANE", type: "string", value: "", help: "… its lane" },
+      { env: "HIVE_LANES_GROUP", type: "string", value: "", help: "… its work group" },
+      { env: "HIVE_LANES_SNAPSHOT_PROJECTS", type: "string", value: "", help: "… the projects whose snapshots it accepts" },
+    ],
+    resolve: () => undefined,
+  },
   // With the hive enabled (`laneway hive init`; demo mode enables it on the
   // embedded broker), NATS runs in operator mode and Laneway connects as a
   // service user of its own account, which no hive member can reach.
