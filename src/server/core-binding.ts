@@ -10,7 +10,7 @@ import type { PartHealth } from "./health.js";
 /**
  * The contract between the server and a core.
  *
- * Each core (lanes, swarm, kmap) is a library in its own folder that knows
+ * Each core is a library in its own folder that knows
  * nothing of Connect or HTTP. A binding, one file per core in
  * src/server/cores/, says what the server needs to serve it: the services it
  * offers and the principal each requires, its error domain, and how to open
@@ -115,7 +115,7 @@ export interface OpenCore {
   /** Handlers for every service the binding declares. */
   readonly implementations: readonly ServiceImplementation[];
   /**
-   * Settles with the error that ended the core at run time (the Kmap runtime
+   * Settles with the error that ended the core at run time (a command runtime
    * failing, for example); the server then stops and exits non-zero so that
    * a supervisor restarts it and recovery runs.
    */
@@ -128,7 +128,7 @@ export interface OpenCore {
   readonly authenticate?: Authenticate;
   /**
    * Called once the listener accepts calls: work that may call this very
-   * server (the hive's lane participant, for one) starts here, not in `open`.
+   * server (a participant of this server's own services, for one) starts here, not in `open`.
    */
   listening?(): void;
   /** Releases everything the core holds; called once, after in-flight calls ended. */
@@ -137,7 +137,7 @@ export interface OpenCore {
 
 /** A core as the server knows it before and after opening it. */
 export interface CoreBinding {
-  /** Short name for logs and shutdown steps (`kmap`). */
+  /** Short name for logs and shutdown steps (also its folder under src/). */
   readonly name: string;
   /** How a startup failure names the core: `<title> cannot start: <the core's message>`. */
   readonly title: string;

@@ -75,7 +75,7 @@ export class LanewayServer {
   readonly natsSyncAlways: boolean | undefined;
   /**
    * Settles with the error that ended a core the server cannot run without
-   * (the Kmap command runtime), or with the embedded nats-server's when it
+   * (a command runtime), or with the embedded nats-server's when it
    * cannot be restarted; the owner should close the server and exit
    * non-zero so that a supervisor restarts it and the restart recovers.
    */
@@ -130,8 +130,7 @@ export class LanewayServer {
 
     const started: { close(): Promise<unknown> }[] = [];
     try {
-      // At most one core prepares the broker (the swarm core's operator
-      // mode, once the hive is initialized).
+      // At most one core prepares the broker (operator mode, for one).
       const preparations = [];
       for (const binding of bindings) {
         const preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) });
@@ -276,7 +275,7 @@ export class LanewayServer {
    * Graceful shutdown: report NOT_SERVING and end health watches and the
    * cores' server streams, stop accepting connections, let in-flight calls
    * finish until the shutdown timeout (then cancel them), close the cores in
-   * reverse order (the Kmap runtime stops after the command it is applying
+   * reverse order (a command runtime stops after the command it is applying
    * and closes SQLite), close NATS, stop the embedded nats-server.
    * Safe to call more than once.
    */
