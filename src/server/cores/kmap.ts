@@ -4,6 +4,7 @@ import { KmapReadService } from "../../../gen/laneway/kmap/v1/kmap_read_service_
 import { openKmapCore, rootCauseFields } from "../../kmap/index.js";
 import { KMAP_PAUSE_POINTS } from "../../kmap/internal.js";
 import { safeErrorFields } from "../../log/logger.js";
+import { registerCoreReader } from "../../observe/core-events.js";
 import { implement, type CoreBinding } from "../core-binding.js";
 import { kmapCommandServiceImpl } from "../services/kmap-command-service.js";
 import { kmapReadServiceImpl } from "../services/kmap-read-service.js";
@@ -31,6 +32,7 @@ export const kmapBinding: CoreBinding = {
       pausePoints: ctx.pausePoints,
       maxPending: ctx.startup.server.kmapMaxPending,
     });
+    const unobserve = registerCoreReader("kmap", () => core.queue.status());
     const names = [KmapCommandService.typeName, KmapReadService.typeName];
     for (const name of names) ctx.health.set(name, "serving");
     const fatal = core.runtime.run().then(
@@ -47,7 +49,7 @@ export const kmapBinding: CoreBinding = {
         implement(KmapReadService, kmapReadServiceImpl(core.reader)),
       ],
       fatal,
-      close: () => core.close(),
+      close: () => (unobserve(), core.close()),
     };
   },
 };

@@ -1,5 +1,6 @@
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { openLanesCore, PUBLISH_PAUSE_POINTS, type LanesCore } from "../../lanes/index.js";
+import { registerCoreReader } from "../../observe/core-events.js";
 import { implement, type CoreBinding } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
 
@@ -41,11 +42,13 @@ export const lanesBinding: CoreBinding = {
       ctx.health.set(LaneService.typeName, core === undefined ? "off" : ctx.broker.state === "connected" ? "serving" : "not_serving");
     const unsubscribe = ctx.broker.onStateChange(refresh);
     refresh();
+    const unobserve = core ? [registerCoreReader("groups", () => core!.observeGroups()), registerCoreReader("laneLastSequences", () => core!.lastSequences())] : [];
     return {
       implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log))],
       ...(config ? { projectTokens: config.tokens } : {}),
       async close() {
         unsubscribe();
+        for (const remove of unobserve) remove();
         await core?.close();
       },
     };
