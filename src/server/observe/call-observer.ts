@@ -7,7 +7,7 @@ import { ErrorDetailSchema } from "../../../gen/laneway/errors/v1/errors_pb.js";
 import type { Logger } from "../../log/logger.js";
 import { parsedMessagesKey } from "../wire/request-body.js";
 import { principalKey, type Principal } from "../auth.js";
-import type { LanewayMetrics } from "./metrics.js";
+import type { LanewayMetrics, RpcEntry } from "./metrics.js";
 
 /**
  * Observes every RPC once: its metrics (src/server/observe/metrics.ts) and
@@ -63,6 +63,8 @@ export interface CallObserverOptions {
   readonly log: Logger;
   /** Log every n-th successful call at info (0: successes only at debug). `LANEWAY_LOG_CALLS_SAMPLE`. */
   readonly sampleSuccesses?: number;
+  /** Whether the logger writes debug lines (`LANEWAY_LOG_LEVEL=debug`); when not, a success's line is not even built. Default true. */
+  readonly debugEnabled?: boolean;
 }
 
 export function callSampleFromEnv(env: NodeJS.ProcessEnv = process.env): number {
@@ -80,12 +82,16 @@ export class CallObserver {
   readonly #metrics: LanewayMetrics;
   readonly #log: Logger;
   readonly #sample: number;
+  readonly #debug: boolean;
   #successes = 0;
+  /** Each method's per-code metrics entries, found without building a key. */
+  readonly #entries = new WeakMap<DescMethod, Map<string, RpcEntry>>();
 
   constructor(options: CallObserverOptions) {
     this.#metrics = options.metrics;
     this.#log = options.log;
     this.#sample = options.sampleSuccesses ?? 0;
+    this.#debug = options.debugEnabled ?? true;
   }
 
   /** The interceptor: outermost of the router's own (inside the adapter's request interceptor). */
@@ -146,9 +152,11 @@ export class CallObserver {
       code = codeName(connectError.code);
       reason = connectError.findDetails(ErrorDetailSchema)[0]?.reason ?? "";
     }
-    const children = this.#metrics.rpc(service.typeName, method.name, code, reason);
-    children.calls.inc();
-    children.duration.observe(seconds);
+    let codes = this.#entries.get(method);
+    if (codes === undefined) this.#entries.set(method, (codes = new Map()));
+    let entry = codes.get(code);
+    if (entry === undefined) codes.set(code, (entry = this.#metrics.rpcEntry(service.typeName, method.name, code)));
+    this.#metrics.recordCall(entry, reason, seconds);
     try {
       if (outcome !== undefined) domainSuccess(this.#metrics, service.typeName, method.name, outcome);
       else domainRefusal(this.#metrics, service.typeName, method.name, reason);
@@ -157,6 +165,7 @@ export class CallObserver {
     }
     const sampled = error === undefined && this.#sample > 0 && ++this.#successes % this.#sample === 0;
     const level = error !== undefined || sampled ? "info" : "debug";
+    if (level === "debug" && !this.#debug) return;
     const principal: Principal | undefined = values.get(principalKey);
     const wire = values.get(callWireKey);
     this.#log[level]("rpc", {
@@ -188,28 +197,14 @@ function domainSuccess(metrics: LanewayMetrics, service: string, method: string,
     case "laneway.lane.v1.LaneService": {
       const lane = field<string>(request, "lane") ?? "";
       const group = field<string>(request, "group") ?? "";
-      const published = (r: unknown) => {
-        if (r === undefined || field<boolean>(r, "duplicate")) return;
-        const record = field<unknown>(r, "record");
-        const kind = recordKinds[field<number>(record, "kind") ?? 0] ?? "unknown";
-        metrics.published.inc({ lane, kind });
-        metrics.publishedThrough(lane, Number(field<bigint>(record, "sequence") ?? 0));
-      };
-      const receipts = (operation: string, results: unknown[] | undefined, okField: string) => {
-        for (const result of results ?? []) {
-          const outcome = field<{ case?: string; value?: unknown }>(result, "outcome");
-          if (outcome?.case === okField) metrics.receipts.inc({ lane, group, operation });
-          else if (outcome?.case === "error") metrics.receiptRefusals.inc({ operation, reason: field<string>(outcome.value, "reason") ?? "" });
-        }
-      };
       switch (method) {
         case "Publish":
-          published(response);
+          published(metrics, lane, response);
           return;
         case "PublishBatch":
           for (const result of field<unknown[]>(response, "results") ?? []) {
             const outcome = field<{ case?: string; value?: unknown }>(result, "outcome");
-            if (outcome?.case === "published") published(outcome.value);
+            if (outcome?.case === "published") published(metrics, lane, outcome.value);
             else if (outcome?.case === "error") metrics.publishRefusals.inc({ reason: field<string>(outcome.value, "reason") ?? "" });
           }
           return;
@@ -227,11 +222,11 @@ function domainSuccess(metrics: LanewayMetrics, service: string, method: string,
           metrics.receipts.inc({ lane, group, operation: method.toLowerCase() });
           return;
         case "AckBatch":
-          return receipts("ack", field<unknown[]>(response, "results"), "acked");
+          return receipts(metrics, lane, group, "ack", field<unknown[]>(response, "results"), "acked");
         case "NackBatch":
-          return receipts("nack", field<unknown[]>(response, "results"), "nacked");
+          return receipts(metrics, lane, group, "nack", field<unknown[]>(response, "results"), "nacked");
         case "RenewBatch":
-          return receipts("renew", field<unknown[]>(response, "results"), "renewed");
+          return receipts(metrics, lane, group, "renew", field<unknown[]>(response, "results"), "renewed");
         case "RecoverGroup":
           metrics.recoveries.inc({ lane, group });
           return;
@@ -248,6 +243,22 @@ function domainSuccess(metrics: LanewayMetrics, service: string, method: string,
       if (method === "RetireMember") metrics.revocations.inc();
       else if (method === "Invite") metrics.invites.inc();
       return;
+  }
+}
+
+function published(metrics: LanewayMetrics, lane: string, r: unknown): void {
+  if (r === undefined || field<boolean>(r, "duplicate")) return;
+  const record = field<unknown>(r, "record");
+  const kind = recordKinds[field<number>(record, "kind") ?? 0] ?? "unknown";
+  metrics.published.inc({ lane, kind });
+  metrics.publishedThrough(lane, Number(field<bigint>(record, "sequence") ?? 0));
+}
+
+function receipts(metrics: LanewayMetrics, lane: string, group: string, operation: string, results: unknown[] | undefined, okField: string): void {
+  for (const result of results ?? []) {
+    const outcome = field<{ case?: string; value?: unknown }>(result, "outcome");
+    if (outcome?.case === okField) metrics.receipts.inc({ lane, group, operation });
+    else if (outcome?.case === "error") metrics.receiptRefusals.inc({ operation, reason: field<string>(outcome.value, "reason") ?? "" });
   }
 }
 

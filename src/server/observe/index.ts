@@ -20,7 +20,7 @@ export interface Observation {
 export function openObservation(options: { broker: BrokerConnection; log: Logger; env?: NodeJS.ProcessEnv }): Observation {
   const env = options.env ?? process.env;
   const metrics = new LanewayMetrics({ broker: options.broker });
-  const calls = new CallObserver({ metrics, log: options.log, sampleSuccesses: callSampleFromEnv(env) });
+  const calls = new CallObserver({ metrics, log: options.log, sampleSuccesses: callSampleFromEnv(env), debugEnabled: env.LANEWAY_LOG_LEVEL === "debug" });
   let closed = false;
   return {
     metrics,

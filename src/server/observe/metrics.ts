@@ -32,16 +32,112 @@ export function metricsRefreshMs(env: NodeJS.ProcessEnv = process.env): number {
   return Number.isFinite(value) && value >= 0 ? value : 5_000;
 }
 
-export interface RpcChildren {
-  readonly calls: Counter.Internal;
-  readonly duration: Histogram.Internal<string>;
+/** One (method, code)'s latency histogram and its calls by reason, counted in plain numbers. */
+export interface RpcEntry {
+  /** Non-cumulative bucket counts, one per bound of DURATION_BUCKETS and one for +Inf. */
+  readonly buckets: Float64Array;
+  sum: number;
+  count: number;
+  /** Calls by ErrorDetail reason ("" for ok). */
+  readonly reasons: Map<string, number>;
+}
+
+/**
+ * The per-RPC counter and histogram. prom-client's own children hash
+ * their label set on every increment (3-5 µs a call on a busy machine):
+ * here each call costs two map lookups and a few additions, and the values
+ * are handed to prom-client's registry, which writes the exposition, only
+ * when /metrics is scraped.
+ */
+class RpcStats {
+  readonly #byMethod = new Map<string, Map<string, RpcEntry>>();
+
+  entry(service: string, method: string, code: string): RpcEntry {
+    const key = service + "/" + method;
+    let codes = this.#byMethod.get(key);
+    if (codes === undefined) this.#byMethod.set(key, (codes = new Map()));
+    let entry = codes.get(code);
+    if (entry === undefined) codes.set(code, (entry = { buckets: new Float64Array(DURATION_BUCKETS.length + 1), sum: 0, count: 0, reasons: new Map() }));
+    return entry;
+  }
+
+  /** Records one call. */
+  record(entry: RpcEntry, reason: string, seconds: number): void {
+    entry.reasons.set(reason, (entry.reasons.get(reason) ?? 0) + 1);
+    let i = 0;
+    while (i < DURATION_BUCKETS.length && seconds > DURATION_BUCKETS[i]!) i++;
+    entry.buckets[i]! += 1;
+    entry.sum += seconds;
+    entry.count += 1;
+  }
+
+  /** The two metrics as prom-client's registry reads them. */
+  metrics(): { calls: PromMetric; duration: PromMetric } {
+    const stats = this;
+    const each = function* () {
+      for (const [key, codes] of stats.#byMethod) {
+        const slash = key.lastIndexOf("/");
+        for (const [code, entry] of codes) yield { service: key.slice(0, slash), method: key.slice(slash + 1), code, entry };
+      }
+    };
+    const base = { aggregator: "sum" as const, reset() {}, labelNames: [] as string[] };
+    const callsHelp = "RPC calls by service, method, Connect code and the ErrorDetail reason (empty for ok).";
+    const durationHelp = "RPC call duration from the request's arrival at the interceptors to its answer (a server stream: to its end).";
+    return {
+      calls: {
+        ...base,
+        name: "laneway_rpc_calls_total",
+        help: callsHelp,
+        type: "counter",
+        get: () => {
+          const values: PromValue[] = [];
+          for (const { service, method, code, entry } of each()) for (const [reason, value] of entry.reasons) values.push({ labels: { service, method, code, reason }, value });
+          return { name: "laneway_rpc_calls_total", help: callsHelp, type: "counter", aggregator: "sum", values };
+        },
+      },
+      duration: {
+        ...base,
+        name: "laneway_rpc_duration_seconds",
+        help: durationHelp,
+        type: "histogram",
+        get: () => {
+          const values: PromValue[] = [];
+          for (const { service, method, code, entry } of each()) {
+            let cumulative = 0;
+            for (let i = 0; i <= DURATION_BUCKETS.length; i++) {
+              cumulative += entry.buckets[i]!;
+              values.push({ metricName: "laneway_rpc_duration_seconds_bucket", labels: { service, method, code, le: i < DURATION_BUCKETS.length ? DURATION_BUCKETS[i]! : "+Inf" }, value: cumulative });
+            }
+            values.push({ metricName: "laneway_rpc_duration_seconds_sum", labels: { service, method, code }, value: entry.sum });
+            values.push({ metricName: "laneway_rpc_duration_seconds_count", labels: { service, method, code }, value: entry.count });
+          }
+          return { name: "laneway_rpc_duration_seconds", help: durationHelp, type: "histogram", aggregator: "sum", values };
+        },
+      },
+    };
+  }
+}
+
+interface PromValue {
+  labels: Record<string, string | number>;
+  value: number;
+  metricName?: string;
+}
+
+/** What prom-client's registry needs of a metric it did not make. */
+interface PromMetric {
+  readonly name: string;
+  readonly help: string;
+  readonly type: string;
+  readonly aggregator: "sum";
+  readonly labelNames: string[];
+  get(): { name: string; help: string; type: string; aggregator: "sum"; values: PromValue[] };
+  reset(): void;
 }
 
 export class LanewayMetrics {
   readonly registry = new Registry();
-  readonly #rpcCalls: Counter<"service" | "method" | "code" | "reason">;
-  readonly #rpcDuration: Histogram<"service" | "method" | "code">;
-  readonly #children = new Map<string, RpcChildren>();
+  readonly #rpc = new RpcStats();
   readonly published: Counter<"lane" | "kind">;
   readonly publishRefusals: Counter<"reason">;
   readonly leased: Counter<"lane" | "group">;
@@ -73,19 +169,9 @@ export class LanewayMetrics {
     this.#refreshMs = options.refreshMs ?? metricsRefreshMs();
     this.#now = options.now ?? Date.now;
     collectDefaultMetrics({ register: this.registry });
-    this.#rpcCalls = new Counter({
-      name: "laneway_rpc_calls_total",
-      help: "RPC calls by service, method, Connect code and the ErrorDetail reason (empty for ok).",
-      labelNames: ["service", "method", "code", "reason"],
-      registers,
-    });
-    this.#rpcDuration = new Histogram({
-      name: "laneway_rpc_duration_seconds",
-      help: "RPC call duration from the request's arrival at the interceptors to its answer (a server stream: to its end).",
-      labelNames: ["service", "method", "code"],
-      buckets: DURATION_BUCKETS,
-      registers,
-    });
+    const rpc = this.#rpc.metrics();
+    this.registry.registerMetric(rpc.calls as never);
+    this.registry.registerMetric(rpc.duration as never);
     this.published = new Counter({ name: "laneway_lane_records_published_total", help: "Records stored by Publish and PublishBatch (duplicates not counted), by lane and kind.", labelNames: ["lane", "kind"], registers });
     this.publishRefusals = new Counter({ name: "laneway_lane_publish_refusals_total", help: "Publications refused, by reason (lane_capacity when a lane is full).", labelNames: ["reason"], registers });
     this.leased = new Counter({ name: "laneway_group_deliveries_leased_total", help: "Deliveries leased by Claim and ClaimBatch, by lane and group.", labelNames: ["lane", "group"], registers });
@@ -210,15 +296,14 @@ export class LanewayMetrics {
     });
   }
 
-  /** The counter and histogram children of one (service, method, code, reason). */
-  rpc(service: string, method: string, code: string, reason: string): RpcChildren {
-    const key = `${service}/${method}/${code}/${reason}`;
-    let children = this.#children.get(key);
-    if (children === undefined) {
-      children = { calls: this.#rpcCalls.labels(service, method, code, reason), duration: this.#rpcDuration.labels(service, method, code) };
-      this.#children.set(key, children);
-    }
-    return children;
+  /** The per-RPC entry of one (service, method, code); callers may keep it. */
+  rpcEntry(service: string, method: string, code: string): RpcEntry {
+    return this.#rpc.entry(service, method, code);
+  }
+
+  /** Counts one call of an entry, with its reason and duration. */
+  recordCall(entry: RpcEntry, reason: string, seconds: number): void {
+    this.#rpc.record(entry, reason, seconds);
   }
 
   /** Notes a sequence this process's publication reached. */
