@@ -78,6 +78,14 @@ export interface LanesCore {
   observeGroups(): GroupObservation[];
   /** Each lane's last sequence: one stream-info request per lane (the metrics collector bounds how often). */
   lastSequences(): Promise<Map<string, number>>;
+  /**
+   * True while every connection the lanes use is up: the one they write
+   * over (Laneway's own, or the configuration's broker) and the readers'.
+   * Each reconnects on its own, so one can be back before the other.
+   */
+  readonly connected: boolean;
+  /** Calls `listener` whenever one of those connections changes state; returns the unsubscribe. */
+  onConnectionChange(listener: () => void): () => void;
   close(): Promise<void>;
 }
 
@@ -179,6 +187,17 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           }),
         );
         return last;
+      },
+      get connected() {
+        return broker.state === "connected" && readers?.state === "connected";
+      },
+      onConnectionChange(listener) {
+        const offWriter = broker.onStateChange(listener);
+        const offReaders = readers?.onStateChange(listener);
+        return () => {
+          offWriter();
+          offReaders?.();
+        };
       },
       async close() {
         groups.close();
