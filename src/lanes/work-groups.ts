@@ -1,3 +1,4 @@
+import type { GroupObservation } from "../observe/core-events.js";
 import { randomBytes } from "node:crypto";
 import type { Logger } from "../log/logger.js";
 import { decodeEnvelope, recordOf, type Envelope } from "./envelope.js";
@@ -452,6 +453,16 @@ export class WorkGroups {
     return new Promise<RecoveryResult>((resolve, reject) => this.#actor(lane, group).enqueue({ kind: "recover", request, settle: { resolve, reject, signal } }));
   }
 
+  /** Each group's state as this process last saw it, from memory (no broker request): for metrics. */
+  observe(): GroupObservation[] {
+    const observed: GroupObservation[] = [];
+    for (const actor of this.#actors.values()) {
+      const one = actor.observe();
+      if (one !== undefined) observed.push(one);
+    }
+    return observed;
+  }
+
   /** Stops every group's watch and the signal subscription. */
   close(): void {
     this.#closed = true;
@@ -609,6 +620,22 @@ class GroupActor {
     c.lastSeen = now;
     c.yieldUntil = now + CONTENTION_WINDOW_MS + c.yieldMs;
     void this.#ensureWatch();
+  }
+
+  /** The group's state as last seen, from memory only; undefined before it was first read. */
+  observe(): GroupObservation | undefined {
+    const cached = this.#cache;
+    if (cached === undefined) return undefined;
+    const now = this.#now();
+    let leases = 0;
+    let oldest: number | undefined;
+    for (const d of cached.ledger.deliveries) {
+      if (d.status === "leased" && d.dueAt > now) leases += 1;
+      // Deliveries are in sequence order, so the first whose record this process read is the oldest known.
+      oldest ??= this.#records.get(d.sequence)?.storedAt;
+    }
+    const unfinished = cached.ledger.deliveries.length;
+    return { lane: this.#lane, group: this.#group, leases, retriesWaiting: unfinished - leases, cursor: cached.ledger.cursor, unfinished, oldestUnfinishedStoredAt: oldest };
   }
 
   /** When the next lease ends or retry falls due, from the last state seen. */

@@ -18,6 +18,7 @@ import { coreBindings } from "./cores/index.js";
 import { codeOfReason, errorMappingInterceptor, invalidReason, lanewayError, serverDomain } from "./error-mapping.js";
 import { HealthRollup, HealthStatus, healthRoutes } from "./health.js";
 import { DualProtocolListener } from "./listener.js";
+import { openObservation } from "./services/observe/index.js";
 import { reflectionRoutes } from "./reflection.js";
 import { lanewayNodeAdapter } from "./wire/node-adapter.js";
 
@@ -151,6 +152,8 @@ export class LanewayServer {
       const health = new HealthStatus();
       const reporter = new HealthRollup(health);
       const refreshBroker = () => reporter.set(NATS_HEALTH_NAME, broker.state === "connected" ? "serving" : "not_serving");
+      const observe = openObservation({ broker, log });
+      started.push({ close: async () => observe.close() });
       logBrokerState(broker, log);
       broker.onStateChange(refreshBroker);
       refreshBroker();
@@ -161,6 +164,7 @@ export class LanewayServer {
       // Aborted first on shutdown: server streams end cleanly.
       const drain = new AbortController();
       setMaxListeners(0, drain.signal);
+      drain.signal.addEventListener("abort", () => observe.close(), { once: true });
 
       const cores: { name: string; core: OpenCore }[] = [];
       for (const binding of bindings) {
@@ -225,8 +229,9 @@ export class LanewayServer {
       };
       const handler = lanewayNodeAdapter({
         routes,
-        interceptors: [errorMappingInterceptor(log, domainOf, new Map(bindings.map((b) => [b.errors.domain, b.errors]))), createValidateInterceptor({ validator: contractValidator })],
-        requestGate: gate,
+        interceptors: [observe.calls.interceptor, errorMappingInterceptor(log, domainOf, new Map(bindings.map((b) => [b.errors.domain, b.errors]))), createValidateInterceptor({ validator: contractValidator })],
+        requestGate: observe.calls.gate(gate),
+        observeRequest: observe.noteRequest,
         shutdownSignal: shutdown.signal,
         limits: server.wire,
         log,
@@ -240,7 +245,7 @@ export class LanewayServer {
       if (maxConnections < server.wire.maxConnections) {
         log.warn("the process may open too few files for --max-connections; the connection cap is lowered", { maxConnections });
       }
-      const listener = new DualProtocolListener(handler, { ...server.wire, maxConnections });
+      const listener = new DualProtocolListener(observe.routes(handler), { ...server.wire, maxConnections });
       const address = await listener.listen(server.listen.host, server.listen.port);
       const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
       for (const { name, core } of cores) {

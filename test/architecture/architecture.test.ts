@@ -32,7 +32,7 @@ const importersOfCores = {
 const cores = coreBindings.map((b) => b.name);
 
 /** What a core may import: the layers below it (and, for a core that needs one, the extra of `coreExtras`). */
-const coreLayers = ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation"];
+const coreLayers = ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation", "observe"];
 /** The swarm core's hive lane adapter joins a lane through the participant library, over the generated client. */
 const coreExtras: Record<string, readonly string[]> = { swarm: ["participant"] };
 
@@ -45,10 +45,11 @@ const allowed: Record<string, readonly string[]> = {
   "fault-injection": ["config"],
   nats: ["log"],
   validation: [],
+  observe: [],
   ...Object.fromEntries(cores.map((core) => [core, [...coreLayers, ...(coreExtras[core] ?? [])]])),
   startup: ["config", "log", ...importersOfCores.startup],
   client: [...importersOfCores.client],
-  server: ["errors", "log", "config", "startup", "nats", "validation", "fault-injection", "client", ...cores],
+  server: ["errors", "log", "config", "startup", "nats", "validation", "fault-injection", "client", "observe", ...cores],
   participant: [],
   cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "encoding", ...cores],
 };

@@ -6,6 +6,7 @@ import { parseCount } from "../../config/index.js";
 import { openKmapCore, rootCauseFields, type KmapReason } from "../../kmap/index.js";
 import { KMAP_PAUSE_POINTS } from "../../kmap/internal.js";
 import { safeErrorFields } from "../../log/logger.js";
+import { registerCoreReader } from "../../observe/core-events.js";
 import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { kmapCommandServiceImpl } from "../services/kmap-command-service.js";
 import { kmapReadServiceImpl } from "../services/kmap-read-service.js";
@@ -70,6 +71,7 @@ export const kmapBinding: CoreBinding = {
       pausePoints: ctx.pausePoints,
       maxPending: settings.maxPending,
     });
+    const unobserve = registerCoreReader("kmap", () => core.queue.status());
     const names = [KmapCommandService.typeName, KmapReadService.typeName];
     for (const name of names) ctx.health.set(name, "serving");
     const fatal = core.runtime.run().then(
@@ -86,7 +88,7 @@ export const kmapBinding: CoreBinding = {
         implement(KmapReadService, kmapReadServiceImpl(core.reader)),
       ],
       fatal,
-      close: () => core.close(),
+      close: () => (unobserve(), core.close()),
     };
   },
 };

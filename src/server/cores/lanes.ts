@@ -2,6 +2,7 @@ import { Code } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { resolve } from "node:path";
 import { loadLanesConfig, openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesConfig, type LanesCore } from "../../lanes/index.js";
+import { registerCoreReader } from "../../observe/core-events.js";
 import { secretAuthenticator } from "../auth.js";
 import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
@@ -90,11 +91,13 @@ export const lanesBinding: CoreBinding = {
       offCore?.();
     };
     refresh();
+    const unobserve = core ? [registerCoreReader("groups", () => core!.observeGroups()), registerCoreReader("laneLastSequences", () => core!.lastSequences())] : [];
     return {
       implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log, errors))],
       ...(config ? { authenticate: secretAuthenticator("project", config.tokens) } : {}),
       async close() {
         unsubscribe();
+        for (const remove of unobserve) remove();
         await core?.close();
       },
     };
