@@ -213,11 +213,11 @@ export const ADMISSIONS_KEY = "_admissions";
 /** Records a fresh-work scan reads from the stream per claim attempt, at most. */
 const SCAN_LIMIT = 512;
 /**
- * Records a read asks for beyond what the claims still want (at least 16,
+ * Records a read asks for beyond what the claims still want (at least 64,
  * and as many as they want): the work among them waits in the record cache
  * for the next claims (read-ahead), which then need no read of the lane.
  */
-const READ_AHEAD = 16;
+const READ_AHEAD = 64;
 /**
  * A record this process read is taken as still retained, without asking the
  * broker for the lane's range, while it is at least this far from the end
@@ -1006,13 +1006,13 @@ class GroupActor {
 
   /**
    * How many records a read asks for beyond what the claims want: as many
-   * as they want (at least 16); eight times as many while another process
+   * as they want (at least 64); eight times as many while another process
    * works the group too, whose claims move the cursor past what this one
    * read (at most one scan, 512 records).
    */
   #readAheadFor(want: number, now: number): number {
     const contended = now - this.#contention.lastSeen < WATCH_IDLE_MS;
-    return contended ? Math.min(SCAN_LIMIT, 8 * want) : Math.max(READ_AHEAD, want);
+    return contended ? Math.min(SCAN_LIMIT, Math.max(READ_AHEAD, 8 * want)) : Math.max(READ_AHEAD, want);
   }
 
   /** Whether a record stored at `storedAt` is surely still retained now (see RETAINED_MARGIN_MS). */

@@ -50,6 +50,10 @@ function coreKind(kind: RecordKind): CoreRecordKind {
   return kind === RecordKind.WORK ? "work" : "event";
 }
 
+/** The reasons a core signal aborts with (shared: they carry nothing of the call). */
+const DEADLINE_PASSED = new DOMException("the deadline passed", "TimeoutError");
+const CALL_CANCELED = new DOMException("the call was canceled", "AbortError");
+
 /**
  * The call's signal as the core understands it: aborted with a
  * `TimeoutError` when the call's deadline passed, with an `AbortError` when
@@ -64,7 +68,8 @@ export function coreSignal(ctx: HandlerContext, ...others: AbortSignal[]): Abort
   const onAbort = (source: AbortSignal) => {
     const reason = source.reason;
     const deadline = reason instanceof ConnectError && reason.code === Code.DeadlineExceeded;
-    controller.abort(new DOMException(deadline ? "the deadline passed" : "the call was canceled", deadline ? "TimeoutError" : "AbortError"));
+    // Connect aborts every call's signal when the call ends: one shared reason each, not an exception built per call.
+    controller.abort(deadline ? DEADLINE_PASSED : CALL_CANCELED);
   };
   for (const signal of signals) {
     if (signal.aborted) {
