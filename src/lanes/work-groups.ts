@@ -673,7 +673,11 @@ class GroupActor {
     return this.#cache;
   }
 
-  async #apply(batch: Operation[]): Promise<void> {
+  async #apply(arrived: Operation[]): Promise<void> {
+    // Operations that arrived together are concurrent: any order is a valid
+    // one. Settlements go first, so that the acks travelling with a claim
+    // free the slots and leases it may take.
+    const batch = [...arrived.filter((op) => op.kind !== "claim"), ...arrived.filter((op) => op.kind === "claim")];
     const bounds = this.#namespace.config.bounds;
     const signal = anySignal(batch.map((op) => op.settle.signal));
     const claims = batch.filter((op) => op.kind === "claim");
