@@ -60,6 +60,7 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     `laneway ${lanewayVersion()} listening on ${server.url}`,
     `  data directory: ${settings.dataDir}`,
     `  NATS: ${settings.natsServers ? "external server" : "embedded nats-server (JetStream store in the data directory)"}`,
+    ...(settings.cores === "lanes" ? ["  cores: lanes only (a replica: Kmap and the hive hub are served by the full instance)"] : []),
     `  lanes: ${lanes ? `namespace ${lanes.namespace}, ${lanes.lanes.length} lane(s), ${lanes.principals.length} project(s)` : "off (no --lanes-config)"}`,
     `  operator RPCs: ${
       !settings.adminToken

@@ -32,6 +32,8 @@ export {
   type ServerConfig,
   type ServerConfigOptions,
   type WireLimits,
+  CORE_SELECTIONS,
+  type CoreSelection,
 } from "./server-config.js";
 export { formatEnvFile, parseEnvFile, readEnvFile } from "./env-file.js";
 export { FrozenMap } from "./frozen-map.js";

@@ -115,7 +115,13 @@ export interface ServerConfig {
   readonly wire: WireLimits;
   /** The most unfinished Kmap commands; past it SubmitCommand answers resource_exhausted (`backlog_full`). */
   readonly kmapMaxPending: number;
+  /** The cores this process serves (src/server/served-cores.ts). */
+  readonly cores: CoreSelection;
 }
+
+/** The values of `--cores`: every core, or the lanes alone (a replica beside one full instance). */
+export const CORE_SELECTIONS = ["all", "lanes"] as const;
+export type CoreSelection = (typeof CORE_SELECTIONS)[number];
 
 export interface ServerConfigOptions {
   /** Directory relative paths resolve against (default `process.cwd()`). */
@@ -138,6 +144,7 @@ const SETTINGS = {
   "headers-timeout": { env: "LANEWAY_HEADERS_TIMEOUT", type: "string", value: "D", help: `time to send the request headers (default ${SERVER_DEFAULTS.headersTimeout})` },
   "request-timeout": { env: "LANEWAY_REQUEST_TIMEOUT", type: "string", value: "D", help: `time to send a whole request (default ${SERVER_DEFAULTS.requestTimeout})` },
   "idle-timeout": { env: "LANEWAY_IDLE_TIMEOUT", type: "string", value: "D", help: `idle HTTP/2 session, or a response the peer stops reading (default ${SERVER_DEFAULTS.idleTimeout})` },
+  cores: { env: "LANEWAY_CORES", type: "string", value: "all|lanes", help: "cores to serve: all (default), or lanes for a lanes-only replica beside one full instance (needs --nats-url)" },
   "kmap-max-pending": {
     env: "LANEWAY_KMAP_MAX_PENDING",
     type: "string",
@@ -260,6 +267,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     throw new ServerConfigError("--headers-timeout must be at most --request-timeout", "--headers-timeout");
   }
   const kmapMaxPending = parseCount(pick("kmap-max-pending"), SERVER_DEFAULTS.kmapMaxPending, KMAP_MAX_PENDING_RANGE);
+  const cores = parseCores(pick("cores"), natsServers !== undefined);
 
   return Object.freeze({
     listen,
@@ -275,7 +283,18 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     adminToken,
     wire,
     kmapMaxPending,
+    cores,
   });
+}
+
+function parseCores(raw: Raw | undefined, externalNats: boolean): CoreSelection {
+  if (raw === undefined) return "all";
+  const value = CORE_SELECTIONS.find((selection) => selection === raw.value);
+  if (value === undefined) throw new ServerConfigError(`${raw.source} must be one of ${CORE_SELECTIONS.join(", ")}`, raw.source);
+  if (value === "lanes" && !externalNats) {
+    throw new ServerConfigError(`${raw.source} lanes requires --nats-url (or LANEWAY_NATS_URL): a replica serves the full instance's broker`, raw.source);
+  }
+  return value;
 }
 
 type Flags = Partial<Record<SettingName, string | boolean>>;
