@@ -35,7 +35,8 @@ import { encodeUser, fmtCreds } from "@nats-io/jwt";
 import { HiveHubService } from "../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport, type LanewayTransport } from "../src/client/transport.js";
-import { initHive, NativeKeyPair, renderMemberGrant, userClaims, type GrantDecision } from "../src/swarm/index.js";
+import { initHive, renderMemberGrant, userClaims, type GrantDecision } from "../src/swarm/index.js";
+import { NativeKeyPair } from "../src/nats/index.js";
 import { benchSeconds, freePort, median, percentile, printTable, startListening } from "./harness.js";
 
 const MEMBERS = 8;

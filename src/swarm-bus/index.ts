@@ -1,89 +1,67 @@
 /**
- * The scoped bus: the library hive members and the hub use to reach a
- * swarm's queues, events, dead letters and state on NATS JetStream (the
- * specification's `scripts.events.nats`).
+ * The swarm bus: what a hive member holds and uses, apart from the hub (the
+ * specification's `scripts.events.nats` and the member's side of join and
+ * refresh). The hub (src/swarm/) uses this module too, and reaches what
+ * only it needs (provisioning, migration, fan-in) through internal.ts.
  *
- * - config.ts: {@link BusConfig} from options or the `hive.env` variables.
- * - subject-map.ts: the subject and queue tables, and the refusals that keep
- *   a scoped bus inside its swarm.
- * - scoped-bus.ts: {@link openBus}, the root {@link Bus} and its
- *   {@link SwarmBus} views.
- * - queue.ts, events.ts, dead-letters.ts, state.ts: the operations.
- * - streams.ts: which stream serves a resource (legacy names while present)
- *   and provisioning.
- * - migration.ts, migration-mark.ts: moving legacy data, crash-safely, with
- *   a pending mark members can read.
- * - fan-in.ts: the hub's durable readers over the legacy and per-swarm
- *   events streams.
+ * - The scoped bus (scoped-bus.ts): {@link openBus} with a `BusConfig`
+ *   (config.ts, from options or the `hive.env` variables), the root
+ *   {@link Bus} and its {@link SwarmBus} views; the subject and queue
+ *   tables and the refusals that keep a scoped bus inside its swarm
+ *   (subject-map.ts); the operations (queue.ts, events.ts, dead-letters.ts,
+ *   state.ts) and the pending mark of an import (migration-mark.ts).
+ * - The member's files (member-files.ts, member-env.ts): the invite, the
+ *   downgrade refusal, hive.creds and hive.env.
+ * - Account slots (slot-client.ts over slot-protocol.ts): a member takes,
+ *   renews and returns slots on `slots.<swarm>.<hive>`.
+ * - Names (stream-names.ts, swarm-names.ts): the per-swarm stream, subject
+ *   and consumer names, wire contracts spelled as the specification spells
+ *   them, and what a swarm name and a member id are.
+ * - Errors (errors.ts): {@link SwarmError}, the one class of every swarm
+ *   failure, and the bus's refusals with the specification's texts.
  */
 export {
-  busConfigFromEnv,
-  busModeFromEnv,
-  checkBusConfig,
-  DEFAULT_QUEUE_POLICY,
-  isProvisioning,
-  type BusConfig,
-  type QueuePolicy,
-} from "./config.js";
-export {
-  BUS_OWN_TEXTS,
   BUS_TEXTS,
   BusConfigError,
   BusPermissionError,
   BusRefusedError,
   BusResourceMissingError,
-  LegacyStateOwnershipError,
   MigrationIncompleteError,
-  ownStateCommand,
   MigrationRefusedError,
   StateRevisionConflictError,
+  SwarmError,
+  type SwarmReason,
 } from "./errors.js";
+export { busConfigFromEnv, busModeFromEnv, checkBusConfig, type QueuePolicy } from "./config.js";
+export { checkEventSwarm, logicalSubject, routeQueue, routeSubject, type BusEvent, type BusMode } from "./subject-map.js";
+export { Bus, openBus, SwarmBus } from "./scoped-bus.js";
+export { WorkItem, WorkQueue } from "./queue.js";
+export { readMark } from "./migration-mark.js";
+export { HIVE_ENV } from "./member-env.js";
+export { acceptCredential, readHiveEnv, readInvite, saveHiveFiles, writeInviteFile, type MemberInvite } from "./member-files.js";
+export { requestSlotRaw, SlotClient } from "./slot-client.js";
+export { encodeSlotRequest, formatSlotId, SlotError, type AccountSlot, type SlotAnswer, type SlotId, type SlotOperation } from "./slot-protocol.js";
 export {
-  checkEventSwarm,
-  decodeEvent,
-  encodeEvent,
-  logicalSubject,
-  LOGICAL_RULES,
-  matchPattern,
-  QUEUE_PATTERN,
-  routeQueue,
-  routeSubject,
-  SUBJECT_RULES,
-  type BusEvent,
-  type BusMode,
-  type QueueRoute,
-  type SubjectRoute,
-  type SubjectRule,
-} from "./subject-map.js";
-export { Bus, inboxPrefixOfCredential, openBus, SwarmBus, type OpenBusOptions, type ProvisionedSwarm } from "./scoped-bus.js";
-export { WorkItem, WorkQueue, type OfferAck, type OfferOptions, type TakeOptions, type WorkStream } from "./queue.js";
-export { type BusMessage, type Published, type ReadOptions, type ReadPage } from "./events.js";
-export { type DeadLetterOptions } from "./dead-letters.js";
-export { isStateKey, StateBucket, type PutOptions, type StateEntry } from "./state.js";
-export { MAX_MIGRATION_KEYS, MIGRATION_PAUSE_POINTS, type MigrationOptions, type MigrationProgress, type MigrationResult } from "./migration.js";
-export { adoptLegacyMark, readMark, type MigrationMark } from "./migration-mark.js";
-export {
-  BusConfiguredConsumerError,
-  EventFanIn,
-  isSwarmEventsStream,
-  LEGACY_ORIGINAL_EVENT_SUBJECT,
-  LEGACY_PREFIXED_EVENT_SUBJECT,
-  type FanInOptions,
-  type FanInSource,
-  type FannedInEvent,
-} from "./fan-in.js";
-export { missingStreamText, swarmStreamConfig } from "./streams.js";
-export {
-  BUS_HEADERS,
-  deadMarkSubject,
-  isMarkSubject,
-  kvKeySubject,
-  LEGACY_DEAD_SUBJECTS,
-  legacyDeadSubject,
-  legacyMarkSubjectOf,
-  legacyQueueConsumerName,
-  legacyQueueStreamName,
-  MARK_TOKEN,
-  queueMarkSubject,
-  stateMarkSubject,
-} from "./names.js";
+  consumerName,
+  deadLetterSubject,
+  deadStream,
+  eventsStream,
+  GLOBAL_STREAMS,
+  LEGACY_EVENT_SUBJECTS,
+  legacyKvStream,
+  legacyMarkSubjectPatterns,
+  queueStream,
+  queueWorkSubject,
+  slotRequestSubject,
+  stateKeySubject,
+  stateStream,
+  STATE_REVISIONS_PER_KEY,
+  SWARM_LANES,
+  SWARM_STATE_BUCKETS,
+  swarmHex,
+  swarmOfStream,
+  swarmStreams,
+  swarmSubjectPrefix,
+  type SwarmLane,
+} from "./stream-names.js";
+export { isMemberId, isSwarmName, swarmNameProblem } from "./swarm-names.js";

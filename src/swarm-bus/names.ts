@@ -23,7 +23,7 @@
  * swarm's own prefix, are denied to members and no longer read; readers of
  * events and dead letters still skip them.
  */
-import { LEGACY_MARK_TOKEN, MIGRATION_MARK_PREFIX, migrationMarkSubject, type SwarmLane } from "../stream-names.js";
+import { LEGACY_MARK_TOKEN, MIGRATION_MARK_PREFIX, migrationMarkSubject, type SwarmLane } from "./stream-names.js";
 
 /** Headers the bus writes. */
 export const BUS_HEADERS = Object.freeze({

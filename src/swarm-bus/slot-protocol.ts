@@ -25,8 +25,8 @@
  * { "ok": false, "op": "take", "error": { "reason": "slot_exhausted", "message": "…" } }
  * ```
  */
-import { CoreError } from "../../errors/core-error.js";
-import { isMemberId } from "../swarm-names.js";
+import { CoreError } from "../errors/core-error.js";
+import { isMemberId } from "./swarm-names.js";
 
 /** The largest request body the hub reads; bigger ones are `slot_invalid`. */
 export const MAX_SLOT_REQUEST_BYTES = 4096;

@@ -47,13 +47,13 @@ import {
 } from "./hub-state.js";
 import type { HubMigrator, HubProvisioner } from "./hub-bus.js";
 import type { HubStateFile } from "./hub-store.js";
-import { hiveEnvLines, inviteEnvLines } from "./member-env.js";
+import { isMemberId, swarmNameProblem } from "../swarm-bus/index.js";
+import { hiveEnvLines, inviteEnvLines } from "../swarm-bus/internal.js";
 import { decideGrant, renderMemberGrant, type GrantDecision, type NatsGrant } from "./member-grant.js";
 import { RedisAccounts } from "./redis-accounts.js";
 import { signingKeyPair, type MemberSwarms, type SignerRecord } from "./signer-record.js";
 import { neverWrittenError, type SignerRecordStore } from "./signer-store.js";
 import { applyTrustRequest, checkTrustRequest, type TrustOutcome, type TrustRequest } from "./service-users.js";
-import { isMemberId, swarmNameProblem } from "./swarm-names.js";
 
 /** The longest invite secret the hub looks up; longer bearer tokens are unknown at once. */
 export const MAX_INVITE_SECRET_BYTES = 4096;

@@ -9,7 +9,7 @@
  */
 import { SwarmError } from "./errors.js";
 import { initialHubState, type HubState } from "./hub-state.js";
-import { errnoCode, readOptionalFile, writePrivateFile } from "./private-files.js";
+import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
 
 export class HubStateFile {
   constructor(private readonly path: string) {}

@@ -19,15 +19,13 @@ import { HiveAccountPublisher } from "./account-claims.js";
 import { SwarmError } from "./errors.js";
 import { HiveHub, type StoreSwarms } from "./hive-hub.js";
 import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
-import { busModeFromEnv } from "./bus/config.js";
+import { busModeFromEnv, isSwarmName, swarmOfStream } from "../swarm-bus/index.js";
 import { EVENT_ONLY_STREAM_DESCRIPTION, HubBus } from "./hub-bus.js";
 import { HubStateFile } from "./hub-store.js";
 import { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
 import { openSignerStore, SIGNER_ENV } from "./signer-store.js";
 import { slotPolicyFromEnv } from "./slots/slot-policy.js";
 import { SlotResponder } from "./slots/slot-responder.js";
-import { isSwarmName } from "./swarm-names.js";
-import { swarmOfStream } from "./stream-names.js";
 
 export interface OpenHiveHubOptions {
   readonly dataDir: string;

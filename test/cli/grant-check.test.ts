@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { runCli } from "../../src/cli/main.js";
-import { ANTONCORE_FILES, controllerGrant, covers, renderMemberGrant } from "../../src/swarm/index.js";
+import { controllerGrant, covers, renderMemberGrant } from "../../src/swarm/index.js";
+import { ANTONCORE_FILES } from "../../src/cli/grant-check/antoncore-users.js";
 
 /**
  * The grant check against antoncore-style checkouts (fixtures written by

@@ -4,18 +4,8 @@ import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_p
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport } from "../../client/transport.js";
 import { CoreStartupError } from "../../errors/core-error.js";
-import {
-  HiveLanes,
-  HUB_PAUSE_POINTS,
-  hiveLanesSettingsFromEnv,
-  hubMigrationMarks,
-  openHiveHub,
-  SwarmError,
-  type HiveHub,
-  type HiveLanesSettings,
-  type LaneClient,
-  type OpenedHive,
-} from "../../swarm/index.js";
+import { HUB_PAUSE_POINTS, hubMigrationMarks, openHiveHub, SwarmError, type HiveHub, type OpenedHive } from "../../swarm/index.js";
+import { HiveLanes, hiveLanesSettingsFromEnv, type HiveLanesSettings, type LaneClient } from "../../client/hive-lanes/index.js";
 import { implement, type CoreBinding } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
 
