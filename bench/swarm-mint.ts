@@ -15,7 +15,7 @@
  * Two raw baselines: `@nats-io/jwt` with `@nats-io/nkeys` key pairs (what a
  * caller of the library gets: pure JavaScript Ed25519, the key pair derived
  * again on every use), and `@nats-io/jwt` with the Node Ed25519 key pairs
- * Laneway signs with (src/swarm/native-keys.ts), which isolates what the
+ * Laneway signs with (src/nats/native-keys.ts), which isolates what the
  * hub adds around the mint.
  *
  * Reported, for an unscoped grant and a grant scoped to one swarm (a

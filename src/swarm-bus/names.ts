@@ -1,5 +1,5 @@
 /**
- * Names the scoped bus needs beyond those of ../stream-names.ts (which
+ * Names the scoped bus needs beyond those of stream-names.ts (which
  * holds every per-swarm stream, subject and consumer name and is the one
  * source for them): the legacy (unscoped) resources, the migration marks,
  * and the headers the bus writes.

@@ -1,8 +1,8 @@
 /**
  * The account-slot protocol: what a member sends on `slots.<swarm>.<hive>`
  * and what the hub answers, as JSON. One file holds the wire shapes, their
- * bounds and the parser, so the hub (slot-responder.ts) and the member
- * client (slot-client.ts) cannot disagree.
+ * bounds and the parser, so the hub (src/swarm/slots/slot-responder.ts)
+ * and the member client (slot-client.ts) cannot disagree.
  *
  * Requests (`hive` is always the hive the credential was minted for; the
  * subject carries the swarm):
