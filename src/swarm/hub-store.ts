@@ -15,6 +15,7 @@
  *
  * One hub process owns the file: the hub serializes its changes.
  */
+import type { Secret } from "../config/index.js";
 import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
 import { SwarmError } from "./errors.js";
 import { initialHubState, type HubState } from "./hub-state.js";
@@ -35,10 +36,16 @@ export class HubStore {
     this.#state = state;
   }
 
-  /** Loads the stored state (the initial state when the file does not exist). */
-  static async open(options: { readonly statePath: string; readonly signer: SignerRecordStore; readonly redis: RedisAccounts | undefined }): Promise<HubStore> {
+  /**
+   * Loads the stored state (the initial state when the file does not
+   * exist), then prepares the Redis client when the hive has a Redis URL
+   * (`swarm_invalid` for one that is not redis:// or rediss://).
+   */
+  static async open(options: { readonly statePath: string; readonly signer: SignerRecordStore; readonly redisUrl: Secret | undefined }): Promise<HubStore> {
     const file = new HubStateFile(options.statePath);
-    return new HubStore(file, await file.load(), options.signer, options.redis);
+    const state = await file.load();
+    const redis = options.redisUrl === undefined ? undefined : RedisAccounts.open(options.redisUrl);
+    return new HubStore(file, state, options.signer, redis);
   }
 
   /** The committed state. */

@@ -22,7 +22,7 @@ import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
 import { busModeFromEnv, isSwarmName, swarmOfStream } from "../swarm-bus/index.js";
 import { EVENT_ONLY_STREAM_DESCRIPTION, HubBus } from "./hub-bus.js";
 import { HubStore } from "./hub-store.js";
-import { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
+import { REDIS_URL_ENV } from "./redis-accounts.js";
 import { openSignerStore, SIGNER_ENV } from "./signer-store.js";
 import { slotPolicyFromEnv } from "./slots/slot-policy.js";
 import { SlotResponder } from "./slots/slot-responder.js";
@@ -75,14 +75,7 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
   // Bad AGENTIHOOKS_BUS_SCOPED/AGENTIHOOKS_BUS_BIND values are refused before anything opens.
   busModeFromEnv(options.env);
   const redisUrl = envValue(options.env, REDIS_URL_ENV);
-  const redis = redisUrl === undefined ? undefined : RedisAccounts.open(new Secret(redisUrl));
-  let store: HubStore;
-  try {
-    store = await HubStore.open({ statePath: trust.statePath, signer, redis });
-  } catch (error) {
-    await redis?.close();
-    throw error;
-  }
+  const store = await HubStore.open({ statePath: trust.statePath, signer, redisUrl: redisUrl === undefined ? undefined : new Secret(redisUrl) });
 
   const opened: { close(): Promise<unknown> }[] = [];
   try {
