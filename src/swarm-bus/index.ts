@@ -1,8 +1,10 @@
 /**
  * The swarm bus: what a hive member holds and uses, apart from the hub (the
  * specification's `scripts.events.nats` and the member's side of join and
- * refresh). The hub (src/swarm/) uses this module too, and reaches what
- * only it needs (provisioning, migration, fan-in) through internal.ts.
+ * refresh). The hub (src/swarm/) uses this module too (a root bus opened
+ * with provisioning creates streams and runs migrations), and reaches what
+ * only it needs (migration progress and marks, event fan-in, the slot
+ * responder's side of the protocol) through internal.ts.
  *
  * - The scoped bus (scoped-bus.ts): {@link openBus} with a `BusConfig`
  *   (config.ts, from options or the `hive.env` variables), the root
