@@ -56,3 +56,4 @@ export { renderNatsConfig, type NatsConfig } from "./nats-config.js";
 export { adoptGlobalAccountStore } from "./jetstream-store.js";
 export { loadOrCreateServiceCredential, serviceAuthorization, type ServiceCredential } from "./service-credentials.js";
 export { NativeKeyPair } from "./native-keys.js";
+export { bootBroker, type BootedBroker, type BrokerBootOptions, type BrokerPreparation } from "./broker-boot.js";

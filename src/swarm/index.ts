@@ -47,7 +47,7 @@ export {
   type MembersListing,
   type RetiredListing,
 } from "./hive-hub.js";
-export { openHiveHub, type OpenedHive } from "./open-hive-hub.js";
+export { openHiveHub } from "./open-hive-hub.js";
 export { deleteServiceCreds, heldServiceKey, saveServiceCreds, serviceCredsPath } from "./service-user-files.js";
 export { EVENT_ONLY_STREAM_DESCRIPTION, HUB_PAUSE_POINTS, HubBus, type HubMigrationOptions } from "./hub-bus.js";
 export { type ServiceUserOutcome } from "./service-users.js";

@@ -16,10 +16,35 @@ const graph = readImportGraph(repoRoot, "src");
 const folderOf = (file: string) => file.split("/")[1]!;
 
 /**
- * The cores' folders: one per binding, and the swarm bus, the member's side
- * of the swarm core (the hub in src/swarm/ builds on it).
+ * Files outside src/server/cores and src/server/services that still import
+ * a core, each for a reason: the demo writes the lanes core's example
+ * configuration; the client verifies a Kmap transaction's signature with the
+ * core's canonical bytes; the CLI's offline commands (the grant check, the
+ * lanes permissions) run a core's code without a server; the hive's lane
+ * adapter (a Connect client of a lane) reads the hub whose changes it
+ * publishes.
  */
-const coreFolders = [...coreBindings.map((b) => b.name), "swarm-bus"];
+const importersOfCores = {
+  startup: ["lanes"],
+  client: ["kmap", "swarm"],
+  files: ["src/startup/demo-setup.ts", "src/client/verify-transaction.ts"],
+  folders: ["src/cli/", "src/client/hive-lanes/"],
+};
+
+/** The cores, from the binding list: each is a folder of src/ with the binding's name. */
+const cores = coreBindings.map((b) => b.name);
+
+/** What a core may import: the layers below it (and, for a core that needs one, the extra of `coreExtras`). */
+const coreLayers = ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation", "observe"];
+/**
+ * The swarm core is two folders: the swarm bus (what a hive member holds)
+ * and the hub, built on it. Files written whole or not at all go through
+ * src/files.
+ */
+const coreExtras: Record<string, readonly string[]> = { swarm: ["files", "swarm-bus"], "swarm-bus": ["files"] };
+
+/** The cores' folders: one per binding, and the swarm bus, the member's side of the swarm core. */
+const coreFolders = [...cores, "swarm-bus"];
 
 /** What each folder of src/ may import from the others. */
 const allowed: Record<string, readonly string[]> = {
@@ -31,15 +56,13 @@ const allowed: Record<string, readonly string[]> = {
   "fault-injection": ["config"],
   nats: ["log", "files"],
   validation: [],
-  kmap: ["errors", "log", "encoding", "config", "fault-injection", "validation"],
-  lanes: ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation"],
-  "swarm-bus": ["errors", "log", "config", "nats", "fault-injection", "files"],
-  swarm: ["errors", "log", "config", "nats", "fault-injection", "files", "swarm-bus"],
-  startup: ["config", "lanes", "log", "files"],
-  client: ["kmap", "swarm", "participant", "log", "config", "encoding"],
-  server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection", "client"],
+  observe: [],
+  ...Object.fromEntries(coreFolders.map((core) => [core, [...coreLayers, ...(coreExtras[core] ?? [])]])),
+  startup: ["config", "log", "files", ...importersOfCores.startup],
+  client: [...importersOfCores.client, "participant", "log", "config", "encoding"],
+  server: ["errors", "log", "config", "startup", "nats", "validation", "fault-injection", "client", "observe", ...cores],
   participant: [],
-  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "swarm", "swarm-bus", "lanes", "encoding"],
+  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "encoding", ...coreFolders],
 };
 
 test("src/ has no import loop", () => {
@@ -103,12 +126,38 @@ test("the error mapping has no per-core chain: one CoreError check and one reaso
   expect(checks).toEqual(["CoreError", "ConnectError", "Error"]);
 });
 
-test("every core binding names its services, their principals and its error domain", () => {
+test("only src/server/cores/** and src/server/services/** import a core (and the few files named above)", () => {
+  const violations: string[] = [];
+  for (const [file, targets] of graph.edges) {
+    if (coreFolders.includes(folderOf(file))) continue;
+    if (file.startsWith("src/server/cores/") || file.startsWith("src/server/services/")) continue;
+    if (importersOfCores.files.includes(file) || importersOfCores.folders.some((f) => file.startsWith(f))) continue;
+    for (const target of targets) if (cores.includes(folderOf(target))) violations.push(`${file} imports ${target}`);
+  }
+  expect(violations).toEqual([]);
+});
+
+test("no core is named in src/server outside cores/ and services/, in src/config or in src/errors", () => {
+  const named = new RegExp(`\\b(${[...cores, "hive"].join("|")})`, "i");
+  const violations: string[] = [];
+  for (const file of graph.edges.keys()) {
+    const shared = (file.startsWith("src/server/") && !file.startsWith("src/server/cores/") && !file.startsWith("src/server/services/")) || file.startsWith("src/config/") || file.startsWith("src/errors/");
+    if (!shared) continue;
+    readFileSync(join(repoRoot, file), "utf8")
+      .split("\n")
+      .forEach((line, i) => {
+        if (named.test(line)) violations.push(`${file}:${i + 1}: ${line.trim()}`);
+      });
+  }
+  expect(violations).toEqual([]);
+});
+
+test("every core binding names its services, their principals and its error domain; each core is a folder of src/", () => {
   const services = coreBindings.flatMap((b) => b.services.map((s) => s.service.typeName));
   expect(new Set(services).size).toBe(services.length);
-  expect(coreBindings.map((b) => [b.name, b.errors.domain])).toEqual([
-    ["lanes", "lanes"],
-    ["swarm", "swarm"],
-    ["kmap", "kmap"],
-  ]);
+  for (const binding of coreBindings) {
+    expect(binding.errors.domain).toBe(binding.name);
+    expect([...graph.edges.keys()]).toContain(`src/${binding.name}/index.ts`);
+    for (const { principal } of binding.services) expect(principal === "operator" || Object.hasOwn(binding.principals ?? {}, principal), principal).toBe(true);
+  }
 });
