@@ -24,8 +24,7 @@
 import { readFile } from "node:fs/promises";
 import { jetstream, type JsMsg } from "@nats-io/jetstream";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
-import { openBus, type WorkItem } from "../src/swarm/bus/index.js";
-import { queueStream, queueWorkSubject, type SwarmLane } from "../src/swarm/index.js";
+import { openBus, queueStream, queueWorkSubject, type SwarmLane, type WorkItem } from "../src/swarm-bus/index.js";
 
 interface Spec {
   mode: "bus" | "raw";

@@ -17,8 +17,9 @@
 import { readFile } from "node:fs/promises";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, headers as natsHeaders } from "@nats-io/transport-node";
-import { BUS_HEADERS, legacyQueueStreamName, openBus, type MigrationProgress } from "../src/swarm/bus/index.js";
-import { queueWorkSubject } from "../src/swarm/index.js";
+import type { MigrationProgress } from "../src/swarm/index.js";
+import { openBus, queueWorkSubject } from "../src/swarm-bus/index.js";
+import { BUS_HEADERS, legacyQueueStreamName } from "../src/swarm-bus/internal.js";
 
 interface Spec {
   mode: "bus" | "raw";

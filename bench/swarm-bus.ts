@@ -35,18 +35,10 @@ import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
 import { readFile } from "node:fs/promises";
 import { EmbeddedNatsServer } from "../src/nats/index.js";
-import { legacyQueueStreamName, openBus } from "../src/swarm/bus/index.js";
-import {
-  hiveBrokerSetup,
-  hiveDirOf,
-  initHive,
-  loadHiveTrust,
-  mintMemberCredential,
-  NativeKeyPair,
-  openSignerStore,
-  queueStream,
-  renderMemberGrant,
-} from "../src/swarm/index.js";
+import { hiveBrokerSetup, hiveDirOf, initHive, loadHiveTrust, mintMemberCredential, openSignerStore, renderMemberGrant } from "../src/swarm/index.js";
+import { openBus, queueStream } from "../src/swarm-bus/index.js";
+import { legacyQueueStreamName } from "../src/swarm-bus/internal.js";
+import { NativeKeyPair } from "../src/nats/index.js";
 import { benchSeconds, median, printTable, runJson } from "./harness.js";
 
 interface MemberResult {

@@ -15,7 +15,7 @@
  * Two raw baselines: `@nats-io/jwt` with `@nats-io/nkeys` key pairs (what a
  * caller of the library gets: pure JavaScript Ed25519, the key pair derived
  * again on every use), and `@nats-io/jwt` with the Node Ed25519 key pairs
- * Laneway signs with (src/swarm/native-keys.ts), which isolates what the
+ * Laneway signs with (src/nats/native-keys.ts), which isolates what the
  * hub adds around the mint.
  *
  * Reported, for an unscoped grant and a grant scoped to one swarm (a
@@ -35,7 +35,8 @@ import { encodeUser, fmtCreds } from "@nats-io/jwt";
 import { HiveHubService } from "../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport, type LanewayTransport } from "../src/client/transport.js";
-import { initHive, NativeKeyPair, renderMemberGrant, userClaims, type GrantDecision } from "../src/swarm/index.js";
+import { initHive, renderMemberGrant, userClaims, type GrantDecision } from "../src/swarm/index.js";
+import { NativeKeyPair } from "../src/nats/index.js";
 import { benchSeconds, freePort, median, percentile, printTable, startListening } from "./harness.js";
 
 const MEMBERS = 8;

@@ -13,25 +13,10 @@ import {
 } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService, type MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { nanosToMillis, parseGoDuration, SERVER_DEFAULTS } from "../config/index.js";
-import {
-  acceptCredential,
-  ANTONCORE_FILES,
-  checkGrants,
-  deleteServiceCreds,
-  heldServiceKey,
-  readAntoncoreNats,
-  saveServiceCreds,
-  serviceCredsPath,
-  type AntoncoreNats,
-  HIVE_ENV,
-  initHive,
-  readHiveEnv,
-  readInvite,
-  saveHiveFiles,
-  SwarmError,
-  writeInviteFile,
-  type MemberInvite,
-} from "../swarm/index.js";
+import { deleteServiceCreds, heldServiceKey, initHive, saveServiceCreds, serviceCredsPath, SwarmError } from "../swarm/index.js";
+import { acceptCredential, HIVE_ENV, readHiveEnv, readInvite, saveHiveFiles, writeInviteFile, type MemberInvite } from "../swarm-bus/index.js";
+import { checkGrants } from "./grant-check/grant-check.js";
+import { ANTONCORE_FILES, readAntoncoreNats, type AntoncoreNats } from "./grant-check/antoncore-users.js";
 import { clientSettings, openClient, OutcomeError, parseCommand, parseUint, positionals, printMessage, UsageError, withClient, type CliIo } from "./command.js";
 import type { CommandGroup, CommandSpec } from "./command-group.js";
 import { rpcCommand } from "./rpc-command.js";

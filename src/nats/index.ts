@@ -2,7 +2,8 @@
  * Laneway's NATS layer, shared by the cores: the self-healing broker
  * connection (reconnect buffering off), the typed classification of broker
  * failures, and the embedded nats-server child process that `laneway serve`
- * starts when no NATS URL is given, with the supervisor that restarts it.
+ * starts when no NATS URL is given, with the supervisor that restarts it;
+ * and nkeys signed with Node's own Ed25519 (native-keys.ts).
  */
 export {
   backoffDelay,
@@ -54,4 +55,5 @@ export { NATS_SERVER_BIN_ENV } from "./nats-server-binary.js";
 export { renderNatsConfig, type NatsConfig } from "./nats-config.js";
 export { adoptGlobalAccountStore } from "./jetstream-store.js";
 export { loadOrCreateServiceCredential, serviceAuthorization, type ServiceCredential } from "./service-credentials.js";
+export { NativeKeyPair } from "./native-keys.js";
 export { bootBroker, type BootedBroker, type BrokerBootOptions, type BrokerPreparation } from "./broker-boot.js";

@@ -1,5 +1,6 @@
-import { chmod, readFile, rename, writeFile } from "node:fs/promises";
+import { chmod, readFile } from "node:fs/promises";
 import { createUser, fromSeed } from "@nats-io/nkeys";
+import { writePrivateFile } from "../files/index.js";
 
 /**
  * The credential that lets Laneway — and only Laneway — reach its embedded
@@ -23,9 +24,7 @@ export async function loadOrCreateServiceCredential(seedPath: string): Promise<S
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
     seed = createUser().getSeed();
-    const temp = `${seedPath}.${process.pid}.tmp`;
-    await writeFile(temp, `${new TextDecoder().decode(seed)}\n`, { mode: 0o600 });
-    await rename(temp, seedPath);
+    await writePrivateFile(seedPath, `${new TextDecoder().decode(seed)}\n`);
   }
   return { seedPath, publicKey: fromSeed(seed).getPublicKey() };
 }

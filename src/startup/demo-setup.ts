@@ -32,16 +32,18 @@
  *   example because an earlier start took it from there) is generated and
  *   added, keeping every other line; `completed` says which.
  *
- * Files are created atomically and exclusively (written to a private
- * temporary file, then hard-linked into place), so two servers starting
- * at once agree on one set of tokens and never see a half-written file.
+ * Files are created atomically and exclusively (src/files: written to a
+ * private temporary file, fsync'd, then hard-linked into place), so two
+ * servers starting at once agree on one set of tokens and never see a
+ * half-written file.
  */
 import { randomBytes } from "node:crypto";
-import { chmod, link, lstat, mkdir, open, rename, unlink } from "node:fs/promises";
+import { chmod, lstat, mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { formatEnvFile, readEnvFile } from "../config/env-file.js";
 import { ConfigError, EnvFileError } from "../config/errors.js";
 import { ADMIN_TOKEN_ENV } from "../config/tokens.js";
+import { createPrivateFile, writePrivateFile } from "../files/index.js";
 import { EXAMPLE_LANES_CONFIG } from "../lanes/index.js";
 
 /** The demo files under the data directory cannot be created or safely reused. */
@@ -145,46 +147,18 @@ export async function ensureDemoSetup(dataDir: string, environment: Readonly<Rec
  * @returns true if this call created the file, false if it already existed
  */
 async function createExclusive(path: string, content: string, mode: number): Promise<boolean> {
-  const temp = `${path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
   try {
-    const handle = await open(temp, "wx", mode);
-    try {
-      await handle.chmod(mode); // the umask may have removed bits; set exactly
-      await handle.writeFile(content, "utf8");
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    try {
-      await link(temp, path);
-      return true;
-    } catch (error) {
-      if (code(error) === "EEXIST") return false;
-      throw error;
-    }
+    return await createPrivateFile(path, content, mode);
   } catch (error) {
-    if (error instanceof DemoSetupError) throw error;
     throw new DemoSetupError(`demo: cannot create ${path} (${code(error)})`);
-  } finally {
-    await unlink(temp).catch(() => undefined);
   }
 }
 
-/** Replace `path` atomically with `content` (a private temporary file renamed over it). */
+/** Replace `path` atomically with `content`. */
 async function replaceFile(path: string, content: string, mode: number): Promise<void> {
-  const temp = `${path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
   try {
-    const handle = await open(temp, "wx", mode);
-    try {
-      await handle.chmod(mode);
-      await handle.writeFile(content, "utf8");
-      await handle.sync();
-    } finally {
-      await handle.close();
-    }
-    await rename(temp, path);
+    await writePrivateFile(path, content, mode);
   } catch (error) {
-    await unlink(temp).catch(() => undefined);
     throw new DemoSetupError(`demo: cannot rewrite ${path} (${code(error)})`);
   }
 }

@@ -8,7 +8,7 @@
 import { fromPublic, type KeyPair } from "@nats-io/nkeys";
 import { encodeUser, fmtCreds } from "@nats-io/jwt";
 import type { NatsGrant } from "./member-grant.js";
-import { NativeKeyPair } from "./native-keys.js";
+import { NativeKeyPair } from "../nats/index.js";
 
 /** How long a member credential is valid by default: refresh before then. */
 export const DEFAULT_CREDENTIAL_LIFETIME_MS = 7 * 24 * 60 * 60 * 1000;

@@ -1,40 +1,16 @@
-import { CoreError } from "../errors/core-error.js";
-
 /**
- * The swarm core's reasons. Messages reproduce the specification's exact
- * texts (for example `the hub record lists no member swarms for hive member
- * <id>`), because operators search for them.
- *
- * - `swarm_invalid`: a request or a signer record that breaks a rule.
- * - `swarm_forbidden`: the hub refuses to mint (field present, member absent).
- * - `swarm_conflict`: state forbids it (the member exists, a `file:` signer
- *   record that is never written).
- * - `swarm_not_found`: no such member.
- * - `swarm_unavailable`: the signer record, the broker or Redis cannot be reached.
- * - `swarm_migration_incomplete`: a scoped resource whose import is pending.
- * - `swarm_unscoped`: a member refuses an unscoped credential for a scoped invite.
+ * The hub's texts and refusals. Every swarm failure is a {@link SwarmError}
+ * (src/swarm-bus/errors.ts: the member's side raises them too).
  */
-export type SwarmReason =
-  | "swarm_invalid"
-  | "swarm_forbidden"
-  | "swarm_conflict"
-  | "swarm_not_found"
-  | "swarm_unavailable"
-  | "swarm_migration_incomplete"
-  | "swarm_unscoped";
+import { SwarmError } from "../swarm-bus/index.js";
 
-/** A failure of swarm membership (see CoreError for what its message and cause may hold). */
-export class SwarmError extends CoreError<SwarmReason> {
-  override readonly name = "SwarmError";
-  readonly domain = "swarm" as const;
-}
+export { SwarmError, type SwarmReason } from "../swarm-bus/index.js";
 
-/** The specification's texts, reproduced exactly. */
+/** The specification's texts for the hub, reproduced exactly. */
 export const SWARM_TEXTS = Object.freeze({
   memberSwarmsShape: "member_swarms must map member ids to lists of swarm names",
   invalidSwarmName: (reason: string) => `member_swarms contains an invalid swarm name (${reason})`,
   noMemberSwarms: (memberId: string) => `the hub record lists no member swarms for hive member ${memberId}`,
-  unscopedOffered: "the hive offered an unscoped bus credential; ask its hub to list this member's swarms",
 });
 
 /**

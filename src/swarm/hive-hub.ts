@@ -46,25 +46,22 @@ import {
   type MemberRecord,
 } from "./hub-state.js";
 import type { HubMigrator, HubProvisioner } from "./hub-bus.js";
-import type { HubStateFile } from "./hub-store.js";
-import { hiveEnvLines, inviteEnvLines } from "./member-env.js";
+import type { HubStore } from "./hub-store.js";
+import { isMemberId, swarmNameProblem } from "../swarm-bus/index.js";
+import { hiveEnvLines, inviteEnvLines } from "../swarm-bus/internal.js";
 import { decideGrant, renderMemberGrant, type GrantDecision, type NatsGrant } from "./member-grant.js";
-import { RedisAccounts } from "./redis-accounts.js";
 import { signingKeyPair, type MemberSwarms, type SignerRecord } from "./signer-record.js";
-import { neverWrittenError, type SignerRecordStore } from "./signer-store.js";
+import { neverWrittenError } from "./signer-store.js";
 import { applyTrustRequest, checkTrustRequest, type TrustOutcome, type TrustRequest } from "./service-users.js";
-import { isMemberId, swarmNameProblem } from "./swarm-names.js";
 
 /** The longest invite secret the hub looks up; longer bearer tokens are unknown at once. */
 export const MAX_INVITE_SECRET_BYTES = 4096;
 
 export interface HiveHubOptions {
   readonly trust: HiveTrust;
-  readonly signer: SignerRecordStore;
-  readonly stateFile: HubStateFile;
-  readonly state: HubState;
+  /** The state, the signer record and the members' Redis users. */
+  readonly store: HubStore;
   readonly publisher: HiveAccountPublisher;
-  readonly redis: RedisAccounts | undefined;
   /** AGENTIHOOKS_BUS_URL of invites that name none. */
   readonly defaultBusUrl: string;
   /**
@@ -198,7 +195,6 @@ export type HubModeChangeListener = (change: HubModeChange) => void;
 export class HiveHub {
   readonly #o: HiveHubOptions;
   readonly #clock: () => number;
-  #state: HubState;
   #byDigest = new Map<string, string>();
   #queue: Promise<unknown> = Promise.resolve();
   /** Whether the server's hive account may lag the state (until a push succeeds). */
@@ -210,7 +206,6 @@ export class HiveHub {
   constructor(options: HiveHubOptions) {
     this.#o = options;
     this.#clock = options.clock ?? Date.now;
-    this.#state = options.state;
     this.#index();
   }
 
@@ -254,13 +249,13 @@ export class HiveHub {
    * provisions them; events never add to them.
    */
   async namedSwarms(): Promise<string[]> {
-    const record = await this.#o.signer.read();
+    const record = await this.#o.store.readRecord();
     return [...new Set([...(this.#state.namedSwarms ?? []), ...recordSwarms(record)])].sort();
   }
 
   /** The named swarms with where each is named, and the swarms only events named. */
   async listSwarms(): Promise<SwarmsListing> {
-    const record = await this.#o.signer.read();
+    const record = await this.#o.store.readRecord();
     const store = await this.#o.listSwarms();
     const byCommand = new Set(this.#state.namedSwarms ?? []);
     const inRecord = new Set(recordSwarms(record));
@@ -305,7 +300,7 @@ export class HiveHub {
   /** Pushes the hive account (signing keys, revocations) when the server may lag behind the state. */
   syncAccount(): Promise<void> {
     return this.#serialized(async () => {
-      const record = await this.#o.signer.read().catch(() => undefined);
+      const record = await this.#o.store.readRecord().catch(() => undefined);
       let state = this.#state;
       if (record) state = withSigningKey(state, signingKeyPair(record).getPublicKey());
       state = withoutExpiredRevocations(state, this.#clock());
@@ -323,13 +318,13 @@ export class HiveHub {
   scope(requested: readonly string[]): Promise<ScopeOutcome> {
     return this.#serialized(async () => {
       for (const swarm of requested) checkSwarm(swarm);
-      if (!this.#o.signer.writable) throw neverWrittenError();
+      if (!this.#o.store.signerWritable) throw neverWrittenError();
       const swarms = requested.length > 0 ? [...new Set(requested)].sort() : await this.#defaultSwarms();
       await this.#provisionNamed(swarms);
       if (requested.length > 0) await this.#commitNamed(swarms);
       let created = false;
       let listedMembers: string[] = [];
-      const record = await this.#o.signer.updateMemberSwarms((current) => {
+      const record = await this.#o.store.updateMemberSwarms((current) => {
         created = current === undefined;
         listedMembers = [];
         const next = new Map(current ?? []);
@@ -358,36 +353,31 @@ export class HiveHub {
       for (const swarm of options.swarms ?? []) checkSwarm(swarm);
       const busUrl = checkBusUrl(options.busUrl || this.#o.defaultBusUrl);
       if (this.#state.members[memberId]) throw new SwarmError("swarm_conflict", `hive member ${memberId} exists: retire it before inviting it again`);
-      let record = await this.#o.signer.read();
+      let record = await this.#o.store.readRecord();
       const scoped = record.memberSwarms !== undefined;
       const given = [...new Set(options.swarms ?? [])].sort();
       if (given.length > 0 && options.requireMemberSwarms === true) {
         if (!scoped) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsBeforeScope);
-        if (!this.#o.signer.writable) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsForFileRecord);
+        if (!this.#o.store.signerWritable) throw new SwarmError("swarm_conflict", SWARM_OWN_TEXTS.swarmsForFileRecord);
       }
       let listed = false;
-      if (scoped && this.#o.signer.writable) {
+      if (scoped && this.#o.store.signerWritable) {
         const already = record.memberSwarms!.has(memberId);
         const swarms = already ? [] : given.length > 0 ? given : await this.#defaultSwarms();
         // The streams it grants exist before the invite answers.
         await this.#provisionNamed(swarms);
         if (given.length > 0 && !already) await this.#commitNamed(given);
-        record = await this.#o.signer.updateMemberSwarms((current) => {
+        record = await this.#o.store.updateMemberSwarms((current) => {
           const next = new Map(current ?? []);
           if (!next.has(memberId)) next.set(memberId, swarms);
           return next;
         });
         listed = true;
       }
-      let redisUrl: string | undefined;
-      if (this.#o.redis) {
-        const password = RedisAccounts.newPassword();
-        await this.#o.redis.setPassword(memberId, password);
-        redisUrl = this.#o.redis.memberUrl(memberId, password);
-      }
+      const redisUrl = await this.#o.store.rotateRedisPassword(memberId);
       const secret = `hive_${randomBytes(32).toString("base64url")}`;
       await this.#commit(
-        withInvitedMember(this.#state, { memberId, secretDigest: digestOf(secret), invitedAt: this.#clock(), busUrl, redisUser: this.#o.redis !== undefined }),
+        withInvitedMember(this.#state, { memberId, secretDigest: digestOf(secret), invitedAt: this.#clock(), busUrl, redisUser: this.#o.store.hasRedis }),
       );
       const swarms = record.memberSwarms?.get(memberId) ?? [];
       // A file: record lists the member by hand; what it lists already is provisioned now.
@@ -406,7 +396,7 @@ export class HiveHub {
   trustServiceUsers(request: TrustRequest): Promise<TrustOutcome> {
     return this.#serialized(async () => {
       checkTrustRequest(request);
-      const record = request.dryRun ? undefined : await this.#o.signer.read();
+      const record = request.dryRun ? undefined : await this.#o.store.readRecord();
       const signingKey = record === undefined ? undefined : signingKeyPair(record);
       const now = this.#clock();
       const applied = await applyTrustRequest(
@@ -438,7 +428,7 @@ export class HiveHub {
 
   /** Every member with its scope (the record is reread), and every retired member. */
   async listMembers(): Promise<MembersListing> {
-    const record = await this.#o.signer.read();
+    const record = await this.#o.store.readRecord();
     const retired = Object.values(this.#state.retired)
       .sort((a, b) => a.memberId.localeCompare(b.memberId))
       .map((r) => ({ memberId: r.memberId, retiredAt: r.retiredAt, revokedKeys: r.revokedKeys }));
@@ -448,7 +438,7 @@ export class HiveHub {
   /** The grant a member's next credential would carry. */
   async renderGrant(memberId: string): Promise<GrantView> {
     const member = this.#member(memberId);
-    const record = await this.#o.signer.read();
+    const record = await this.#o.store.readRecord();
     return { memberId, ...renderMemberGrant(memberId, decideMemberGrant(record, member)) };
   }
 
@@ -456,7 +446,7 @@ export class HiveHub {
   mint(memberId: string, kind: "join" | "refresh"): Promise<MemberCredentialOutcome> {
     return this.#serialized(async () => {
       const member = this.#member(memberId);
-      const record = await this.#o.signer.read();
+      const record = await this.#o.store.readRecord();
       // Decided before any side effect: a 403 mints, revokes and rotates nothing.
       const decision: GrantDecision = decideMemberGrant(record, member);
       const grant = renderMemberGrant(memberId, decision);
@@ -476,18 +466,13 @@ export class HiveHub {
       let next = withSigningKey(this.#state, signingKey.getPublicKey());
       next = withMintedKey(next, memberId, { publicKey: minted.userPublicKey, issuedAt: minted.issuedAt, expiresAt: minted.expiresAt }, grant.scoped);
       next = withoutExpiredRevocations(next, now);
-      if (this.#o.redis && !member.redisUser) {
+      if (this.#o.store.hasRedis && !member.redisUser) {
         next = { ...next, members: { ...next.members, [memberId]: { ...next.members[memberId]!, redisUser: true } } };
       }
       const accountChanged = next.signingKeys !== this.#state.signingKeys || next.revocations !== this.#state.revocations;
       await this.#commit(next);
       if (accountChanged || this.#accountStale) await this.#publish();
-      let redisUrl: string | undefined;
-      if (this.#o.redis) {
-        const password = RedisAccounts.newPassword();
-        await this.#o.redis.setPassword(memberId, password);
-        redisUrl = this.#o.redis.memberUrl(memberId, password);
-      }
+      const redisUrl = await this.#o.store.rotateRedisPassword(memberId);
       this.#o.log.info(kind === "join" ? "hive member joined" : "hive member refreshed", {
         member: memberId,
         scoped: grant.scoped,
@@ -519,11 +504,11 @@ export class HiveHub {
       const now = this.#clock();
       const next = withoutExpiredRevocations(withRetiredMember(this.#state, memberId, now), now);
       await this.#o.publisher.publish(hiveAccountStateOf(next));
-      const redisUserDeleted = this.#o.redis !== undefined && member.redisUser ? await this.#o.redis.deleteUser(memberId) : false;
+      const redisUserDeleted = member.redisUser ? await this.#o.store.deleteRedisUser(memberId) : false;
       await this.#commit(next);
       this.#accountStale = false;
-      if (this.#o.signer.writable) {
-        await this.#o.signer
+      if (this.#o.store.signerWritable) {
+        await this.#o.store
           .updateMemberSwarms((current) => {
             if (current === undefined || !current.has(memberId)) return current;
             const trimmed = new Map(current);
@@ -541,6 +526,11 @@ export class HiveHub {
   /** A snapshot of the state (tests and listings). */
   get state(): HubState {
     return this.#state;
+  }
+
+  /** The committed state (the store's). */
+  get #state(): HubState {
+    return this.#o.store.state;
   }
 
   #member(memberId: string): MemberRecord {
@@ -610,8 +600,7 @@ export class HiveHub {
   }
 
   async #commit(state: HubState): Promise<void> {
-    await this.#o.stateFile.save(state);
-    this.#state = state;
+    await this.#o.store.commit(state);
     this.#index();
   }
 

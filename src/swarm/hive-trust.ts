@@ -26,7 +26,7 @@ import { access, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { KeyPair } from "@nats-io/nkeys";
 import { encodeUser, fmtCreds } from "@nats-io/jwt";
-import { renderNatsConfig, type NatsConfig } from "../nats/index.js";
+import { NativeKeyPair, renderNatsConfig, type NatsConfig } from "../nats/index.js";
 import {
   encodeHiveAccountJwt,
   encodeLanewayAccountJwt,
@@ -38,8 +38,7 @@ import {
 import { SwarmError } from "./errors.js";
 import { hiveAccountStateOf, initialHubState, type HubState } from "./hub-state.js";
 import { HubStateFile } from "./hub-store.js";
-import { NativeKeyPair } from "./native-keys.js";
-import { errnoCode, writePrivateFile } from "./private-files.js";
+import { errnoCode, writePrivateFile } from "../files/index.js";
 import { createHubRecord, DEFAULT_SIGNER, hubRecordPath } from "./signer-store.js";
 
 /** The largest protocol line the server accepts: a member's JWT grows with its swarms (about 14 KB each). */

@@ -41,14 +41,18 @@ import { envValue } from "../config/index.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { BrokerConnection } from "../nats/index.js";
-import { busModeFromEnv, type QueuePolicy } from "./bus/config.js";
-import { LegacyStateOwnershipError, ownStateCommand } from "./bus/errors.js";
-import type { EventFanIn, FanInSource, FannedInEvent } from "./bus/fan-in.js";
-import { MIGRATION_PAUSE_POINTS, type MigrationProgress, type MigrationResult } from "./bus/migration.js";
-import { openBus, type Bus } from "./bus/scoped-bus.js";
+import { busModeFromEnv, HIVE_ENV, isSwarmName, openBus, type Bus, type QueuePolicy } from "../swarm-bus/index.js";
+import {
+  LegacyStateOwnershipError,
+  MIGRATION_PAUSE_POINTS,
+  ownStateCommand,
+  type EventFanIn,
+  type FanInSource,
+  type FannedInEvent,
+  type MigrationProgress,
+  type MigrationResult,
+} from "../swarm-bus/internal.js";
 import { SwarmError } from "./errors.js";
-import { HIVE_ENV } from "./member-env.js";
-import { isSwarmName } from "./swarm-names.js";
 
 /** The pause points of the hub's migrations (`LANEWAY_PAUSE_AT`, tests only). */
 export const HUB_PAUSE_POINTS = MIGRATION_PAUSE_POINTS;

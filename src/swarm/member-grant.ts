@@ -39,7 +39,7 @@ import {
   SWARM_STATE_BUCKETS,
   swarmStreams,
   swarmSubjectPrefix,
-} from "./stream-names.js";
+} from "../swarm-bus/index.js";
 
 /** How the signer record shapes a member's credential. */
 export type GrantDecision = { readonly kind: "unscoped" } | { readonly kind: "scoped"; readonly swarms: readonly string[] };
@@ -181,4 +181,30 @@ function grant(g: NatsGrant): NatsGrant {
     subscribeAllow: distinct(g.subscribeAllow),
     subscribeDeny: distinct(g.subscribeDeny),
   });
+}
+
+/** The antoncore user every hive shared before minted member credentials (now retired). */
+export const HIVE_USER = "swarm-hive";
+/** The antoncore user of the swarm controller, whose grant {@link controllerGrant} renders. */
+export const CONTROLLER_USER = "swarm-controller";
+/** The spoke execution subject no user may publish on. */
+export const SPOKE_EXECUTION_SUBJECT = "swarm.*.execution.>";
+
+/**
+ * Whether the permission subject `permission` allows every subject that
+ * `subject` matches (token by token; `>` covers the rest, `*` one token).
+ */
+export function covers(permission: string, subject: string): boolean {
+  const p = permission.split(".");
+  const s = subject.split(".");
+  for (let i = 0; i < p.length; i++) {
+    if (p[i] === ">") return i < s.length;
+    if (i >= s.length) return false;
+    if (p[i] === "*") {
+      if (s[i] === ">") return false;
+      continue;
+    }
+    if (p[i] !== s[i]) return false;
+  }
+  return p.length === s.length;
 }

@@ -19,15 +19,13 @@ import { HiveAccountPublisher } from "./account-claims.js";
 import { SwarmError } from "./errors.js";
 import { HiveHub, type StoreSwarms } from "./hive-hub.js";
 import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
-import { busModeFromEnv } from "./bus/config.js";
+import { busModeFromEnv, isSwarmName, swarmOfStream } from "../swarm-bus/index.js";
 import { EVENT_ONLY_STREAM_DESCRIPTION, HubBus } from "./hub-bus.js";
-import { HubStateFile } from "./hub-store.js";
-import { REDIS_URL_ENV, RedisAccounts } from "./redis-accounts.js";
+import { HubStore } from "./hub-store.js";
+import { REDIS_URL_ENV } from "./redis-accounts.js";
 import { openSignerStore, SIGNER_ENV } from "./signer-store.js";
 import { slotPolicyFromEnv } from "./slots/slot-policy.js";
 import { SlotResponder } from "./slots/slot-responder.js";
-import { isSwarmName } from "./swarm-names.js";
-import { swarmOfStream } from "./stream-names.js";
 
 export interface OpenHiveHubOptions {
   readonly dataDir: string;
@@ -76,10 +74,8 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
   const slotPolicy = slotPolicyFromEnv(options.env);
   // Bad AGENTIHOOKS_BUS_SCOPED/AGENTIHOOKS_BUS_BIND values are refused before anything opens.
   busModeFromEnv(options.env);
-  const stateFile = new HubStateFile(trust.statePath);
-  const state = await stateFile.load();
   const redisUrl = envValue(options.env, REDIS_URL_ENV);
-  const redis = redisUrl === undefined ? undefined : RedisAccounts.open(new Secret(redisUrl));
+  const store = await HubStore.open({ statePath: trust.statePath, signer, redisUrl: redisUrl === undefined ? undefined : new Secret(redisUrl) });
 
   const opened: { close(): Promise<unknown> }[] = [];
   try {
@@ -100,11 +96,8 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
     opened.push(systemBroker);
     const hub = new HiveHub({
       trust,
-      signer,
-      stateFile,
-      state,
+      store,
       publisher: new HiveAccountPublisher(trust, systemBroker),
-      redis,
       defaultBusUrl: trust.busUrl ?? options.servers[0]!,
       listSwarms: () => swarmsInStore(hubBroker),
       log: options.log,
@@ -149,20 +142,20 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
       systemBroker,
       slots,
       bus,
-      signerKind: signer.kind,
+      signerKind: store.signerKind,
       async close() {
         unsubscribe();
         stopBusSync();
         await bus.close();
         await slots.close();
-        await redis?.close();
+        await store.close();
         await systemBroker.close();
         await hubBroker.close();
       },
     };
   } catch (error) {
     for (const part of opened.reverse()) await part.close().catch(() => {});
-    await redis?.close();
+    await store.close();
     throw error;
   }
 }

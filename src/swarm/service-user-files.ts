@@ -11,7 +11,7 @@
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
 import { SwarmError } from "./errors.js";
-import { errnoCode, readOptionalFile, writePrivateFile } from "./private-files.js";
+import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
 import { isUserPublicKey } from "./service-users.js";
 
 /** The file of a service user's credential in the folder. */

@@ -39,10 +39,10 @@ import { createHash } from "node:crypto";
 import { encodeUser, fmtCreds } from "@nats-io/jwt";
 import { fromPublic, type KeyPair } from "@nats-io/nkeys";
 import { SwarmError } from "./errors.js";
-import { covers, HIVE_USER, SPOKE_EXECUTION_SUBJECT } from "./grant-check/grant-check.js";
+import { covers, HIVE_USER, SPOKE_EXECUTION_SUBJECT } from "./member-grant.js";
+import { isMemberId } from "../swarm-bus/index.js";
 import type { HubState, RetiredServiceUserRecord, Revocation, ServiceUserRecord } from "./hub-state.js";
-import { NativeKeyPair } from "./native-keys.js";
-import { isMemberId } from "./swarm-names.js";
+import { NativeKeyPair } from "../nats/index.js";
 
 /** The most service users one request names (listed and retired each). */
 export const MAX_SERVICE_USERS = 32;

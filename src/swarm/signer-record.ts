@@ -24,8 +24,8 @@
 import type { KeyPair } from "@nats-io/nkeys";
 import { Secret } from "../config/index.js";
 import { SwarmError, SWARM_TEXTS } from "./errors.js";
-import { NativeKeyPair } from "./native-keys.js";
-import { isMemberId, swarmNameProblem } from "./swarm-names.js";
+import { NativeKeyPair } from "../nats/index.js";
+import { isMemberId, swarmNameProblem } from "../swarm-bus/index.js";
 
 /** Member id → the swarms it belongs to. */
 export type MemberSwarms = ReadonlyMap<string, readonly string[]>;

@@ -19,7 +19,7 @@
  */
 import { isAbsolute, join, resolve } from "node:path";
 import { SwarmError } from "./errors.js";
-import { errnoCode, readOptionalFile, writePrivateFile } from "./private-files.js";
+import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
 import { memberSwarmsJson, parseRecordJson, parseRecordObject, type MemberSwarms, type SignerRecord } from "./signer-record.js";
 
 /** The variable that names the signer record (the specification's name). */

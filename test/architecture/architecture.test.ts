@@ -1,8 +1,9 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { expect, test } from "vitest";
 import { coreBindings } from "../../src/server/cores/index.js";
 import { repoRoot } from "../helpers/laneway.js";
+import { unusedIndexExports } from "./export-surface.js";
 import { importCycles, readImportGraph } from "./import-graph.js";
 
 /**
@@ -19,13 +20,15 @@ const folderOf = (file: string) => file.split("/")[1]!;
  * a core, each for a reason: the demo writes the lanes core's example
  * configuration; the client verifies a Kmap transaction's signature with the
  * core's canonical bytes; the CLI's offline commands (the grant check, the
- * lanes permissions) run a core's code without a server.
+ * lanes permissions) run a core's code without a server; the hive's lane
+ * adapter (a Connect client of a lane) reads the hub whose changes it
+ * publishes.
  */
 const importersOfCores = {
   startup: ["lanes"],
-  client: ["kmap"],
+  client: ["kmap", "swarm"],
   files: ["src/startup/demo-setup.ts", "src/client/verify-transaction.ts"],
-  folders: ["src/cli/"],
+  folders: ["src/cli/", "src/client/hive-lanes/"],
 };
 
 /** The cores, from the binding list: each is a folder of src/ with the binding's name. */
@@ -33,25 +36,33 @@ const cores = coreBindings.map((b) => b.name);
 
 /** What a core may import: the layers below it (and, for a core that needs one, the extra of `coreExtras`). */
 const coreLayers = ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation", "observe"];
-/** The swarm core's hive lane adapter joins a lane through the participant library, over the generated client. */
-const coreExtras: Record<string, readonly string[]> = { swarm: ["participant"] };
+/**
+ * The swarm core is two folders: the swarm bus (what a hive member holds)
+ * and the hub, built on it. Files written whole or not at all go through
+ * src/files.
+ */
+const coreExtras: Record<string, readonly string[]> = { swarm: ["files", "swarm-bus"], "swarm-bus": ["files"] };
+
+/** The cores' folders: one per binding, and the swarm bus, the member's side of the swarm core. */
+const coreFolders = [...cores, "swarm-bus"];
 
 /** What each folder of src/ may import from the others. */
 const allowed: Record<string, readonly string[]> = {
   log: [],
   encoding: [],
+  files: [],
   errors: ["log"],
   config: ["log", "encoding"],
   "fault-injection": ["config"],
-  nats: ["log"],
+  nats: ["log", "files"],
   validation: [],
   observe: [],
-  ...Object.fromEntries(cores.map((core) => [core, [...coreLayers, ...(coreExtras[core] ?? [])]])),
-  startup: ["config", "log", ...importersOfCores.startup],
-  client: [...importersOfCores.client],
+  ...Object.fromEntries(coreFolders.map((core) => [core, [...coreLayers, ...(coreExtras[core] ?? [])]])),
+  startup: ["config", "log", "files", ...importersOfCores.startup],
+  client: [...importersOfCores.client, "participant", "log", "config", "encoding"],
   server: ["errors", "log", "config", "startup", "nats", "validation", "fault-injection", "client", "observe", ...cores],
   participant: [],
-  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "encoding", ...cores],
+  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "encoding", ...coreFolders],
 };
 
 test("src/ has no import loop", () => {
@@ -75,7 +86,7 @@ test("each folder of src/ imports only the layers below it", () => {
 test("the cores hold no Connect or HTTP types", () => {
   const violations: string[] = [];
   for (const [file, specifiers] of graph.specifiers) {
-    if (!cores.includes(folderOf(file))) continue;
+    if (!coreFolders.includes(folderOf(file))) continue;
     for (const s of specifiers) {
       if (s.startsWith("@connectrpc/") || s === "node:http" || s === "node:http2") violations.push(`${file} imports ${s}`);
     }
@@ -83,17 +94,25 @@ test("the cores hold no Connect or HTTP types", () => {
   expect(violations).toEqual([]);
 });
 
-test("outside a core, only its index (and its internal entry, for the server binding) is imported", () => {
+test("outside a core, only its index (and its internal entry, for the server binding and the swarm hub) is imported", () => {
   const violations: string[] = [];
   for (const [file, targets] of graph.edges) {
     for (const target of targets) {
-      const core = [...cores, "nats", "startup"].find((c) => target.startsWith(`src/${c}/`));
+      const core = [...coreFolders, "nats", "startup", "files"].find((c) => target.startsWith(`src/${c}/`));
       if (core === undefined || file.startsWith(`src/${core}/`)) continue;
-      const entry = target === `src/${core}/index.ts` || (target === `src/${core}/internal.ts` && file.startsWith("src/server/cores/"));
+      const internalAllowed = file.startsWith("src/server/cores/") || (core === "swarm-bus" && file.startsWith("src/swarm/"));
+      const entry = target === `src/${core}/index.ts` || (target === `src/${core}/internal.ts` && internalAllowed);
       if (!entry) violations.push(`${file} imports ${target}`);
     }
   }
   expect(violations).toEqual([]);
+});
+
+test("each core's index.ts exports only what is used outside the core (tests, benchmarks and examples included)", () => {
+  const folders = coreFolders.filter((core) => existsSync(join(repoRoot, "src", core, "index.ts")));
+  expect(folders).toEqual(expect.arrayContaining(["lanes", "swarm", "kmap", "swarm-bus"]));
+  const unused = Object.fromEntries(folders.map((core) => [core, unusedIndexExports(repoRoot, `src/${core}`)]));
+  expect(unused).toEqual(Object.fromEntries(folders.map((core) => [core, []])));
 });
 
 test("src/config/ holds only server-wide settings: it imports no core", () => {
@@ -110,7 +129,7 @@ test("the error mapping has no per-core chain: one CoreError check and one reaso
 test("only src/server/cores/** and src/server/services/** import a core (and the few files named above)", () => {
   const violations: string[] = [];
   for (const [file, targets] of graph.edges) {
-    if (cores.includes(folderOf(file))) continue;
+    if (coreFolders.includes(folderOf(file))) continue;
     if (file.startsWith("src/server/cores/") || file.startsWith("src/server/services/")) continue;
     if (importersOfCores.files.includes(file) || importersOfCores.folders.some((f) => file.startsWith(f))) continue;
     for (const target of targets) if (cores.includes(folderOf(target))) violations.push(`${file} imports ${target}`);

@@ -14,7 +14,7 @@ import {
   stateKeySubject,
   stateStream,
   swarmStreams,
-} from "../../src/swarm/index.js";
+} from "../../src/swarm-bus/index.js";
 import { connectWithCreds, jetStreamOf, SecretLedger, startHive, type HiveUnderTest } from "./hive-fixture.js";
 
 /**

@@ -8,7 +8,7 @@ import { ErrorDetailSchema } from "../../gen/laneway/errors/v1/errors_pb.js";
 import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { runCli } from "../../src/cli/main.js";
-import { swarmStreams } from "../../src/swarm/index.js";
+import { swarmStreams } from "../../src/swarm-bus/index.js";
 import type { InProcessLaneway } from "../helpers/laneway.js";
 import { startHubHive, type HubHive } from "./bus/hub-fixture.js";
 import { createFileSigner, SecretLedger, startHive, type FileSigner, type HiveUnderTest } from "./hive-fixture.js";

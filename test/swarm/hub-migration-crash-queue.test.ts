@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { MigrationOutcome } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { legacyQueueStreamName, queueMarkSubject, type WorkItem } from "../../src/swarm/bus/index.js";
-import { queueStream } from "../../src/swarm/index.js";
+import { queueStream, type WorkItem } from "../../src/swarm-bus/index.js";
+import { legacyQueueStreamName, queueMarkSubject } from "../../src/swarm-bus/internal.js";
 import { startCrashHarness, type CrashHarness } from "./bus/migration-crash-harness.js";
 
 /**

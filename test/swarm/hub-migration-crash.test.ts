@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { MigrationOutcome } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { deadMarkSubject, stateMarkSubject } from "../../src/swarm/bus/index.js";
-import { deadStream, GLOBAL_STREAMS, stateStream } from "../../src/swarm/index.js";
+import { deadStream, GLOBAL_STREAMS, stateStream } from "../../src/swarm-bus/index.js";
+import { deadMarkSubject, stateMarkSubject } from "../../src/swarm-bus/internal.js";
 import { startCrashHarness, type CrashHarness } from "./bus/migration-crash-harness.js";
 
 /**

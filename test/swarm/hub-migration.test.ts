@@ -4,8 +4,7 @@ import { Kvm } from "@nats-io/kv";
 import { ErrorDetailSchema } from "../../gen/laneway/errors/v1/errors_pb.js";
 import { HiveHubService, MigrationOutcome } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { runCli } from "../../src/cli/main.js";
-import type { Bus } from "../../src/swarm/bus/index.js";
-import { deadStream, GLOBAL_STREAMS, queueStream, stateStream } from "../../src/swarm/index.js";
+import { deadStream, GLOBAL_STREAMS, queueStream, stateStream, type Bus } from "../../src/swarm-bus/index.js";
 import type { InProcessLaneway } from "../helpers/laneway.js";
 import { startHubHive, type HubHive } from "./bus/hub-fixture.js";
 

@@ -12,7 +12,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { expect } from "vitest";
 import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService, type MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
-import { openBus, type Bus } from "../../src/swarm/bus/index.js";
+import { openBus, type Bus } from "../../src/swarm-bus/index.js";
 import type { InProcessLaneway } from "../helpers/laneway.js";
 import { connectWithCreds } from "./hive-fixture.js";
 

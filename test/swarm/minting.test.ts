@@ -8,7 +8,8 @@ import { ErrorDetailSchema } from "../../gen/laneway/errors/v1/errors_pb.js";
 import type { MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { runCli } from "../../src/cli/main.js";
 import type { WireProtocol } from "../../src/client/transport.js";
-import { renderMemberGrant, scopedPublishDeny, streamApiSubjects, swarmStreams } from "../../src/swarm/index.js";
+import { renderMemberGrant, scopedPublishDeny, streamApiSubjects } from "../../src/swarm/index.js";
+import { swarmStreams } from "../../src/swarm-bus/index.js";
 import {
   connectWithCreds,
   createFileSigner,

@@ -5,7 +5,8 @@ import { decode } from "@nats-io/jwt";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { runCli } from "../../src/cli/main.js";
-import { ANTONCORE_FILES, controllerGrant } from "../../src/swarm/index.js";
+import { controllerGrant } from "../../src/swarm/index.js";
+import { ANTONCORE_FILES } from "../../src/cli/grant-check/antoncore-users.js";
 import { connectWithCreds, SecretLedger, startHive, type HiveUnderTest } from "./hive-fixture.js";
 
 /**

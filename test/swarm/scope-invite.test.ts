@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { runCli } from "../../src/cli/main.js";
-import { deadStream, eventsStream, swarmHex } from "../../src/swarm/index.js";
+import { deadStream, eventsStream, swarmHex } from "../../src/swarm-bus/index.js";
 import { jetStreamOf, SecretLedger, startHive, type HiveUnderTest } from "./hive-fixture.js";
 
 /**

@@ -4,17 +4,9 @@ import { afterAll, beforeAll, expect, test } from "vitest";
 import type { MemberCredential } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLogger } from "../../src/log/logger.js";
 import { BrokerConnection } from "../../src/nats/index.js";
-import {
-  DEFAULT_SLOT_POLICY,
-  encodeSlotRequest,
-  HUB_SLOT_BUCKETS,
-  requestSlotRaw,
-  SlotClient,
-  SlotError,
-  SlotResponder,
-  slotPolicyFromEnv,
-  type AccountSlot,
-} from "../../src/swarm/index.js";
+import { DEFAULT_SLOT_POLICY, slotPolicyFromEnv, SlotResponder } from "../../src/swarm/index.js";
+import { encodeSlotRequest, requestSlotRaw, SlotClient, SlotError, type AccountSlot } from "../../src/swarm-bus/index.js";
+import { HUB_SLOT_BUCKETS } from "../../src/swarm-bus/internal.js";
 import { waitFor } from "../helpers/wait-for.js";
 import { connectWithCreds, SecretLedger, startHive, type HiveUnderTest } from "./hive-fixture.js";
 

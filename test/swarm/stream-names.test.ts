@@ -10,7 +10,7 @@ import {
   swarmNameProblem,
   swarmOfStream,
   swarmStreams,
-} from "../../src/swarm/index.js";
+} from "../../src/swarm-bus/index.js";
 
 /**
  * Stream, subject and consumer names are wire contracts with existing

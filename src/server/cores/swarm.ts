@@ -3,19 +3,8 @@ import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport } from "../../client/transport.js";
-import {
-  HiveLanes,
-  hiveBrokerSetup,
-  HUB_PAUSE_POINTS,
-  hiveLanesSettingsFromEnv,
-  hubMigrationMarks,
-  openHiveHub,
-  SwarmError,
-  type HiveHub,
-  type SwarmReason,
-  type HiveLanesSettings,
-  type LaneClient,
-} from "../../swarm/index.js";
+import { hiveBrokerSetup, HUB_PAUSE_POINTS, hubMigrationMarks, openHiveHub, SwarmError, type HiveHub, type SwarmReason } from "../../swarm/index.js";
+import { HiveLanes, hiveLanesSettingsFromEnv, type HiveLanesSettings, type LaneClient } from "../../client/hive-lanes/index.js";
 import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
 

@@ -35,7 +35,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { SlotPolicy } from "./slot-policy.js";
-import { formatSlotId, SlotError, type AccountSlot, type SlotId } from "./slot-protocol.js";
+import { formatSlotId, SlotError, type AccountSlot, type SlotId } from "../../swarm-bus/index.js";
 import type { SlotStore, Stored } from "./slot-store.js";
 
 /** A slot key's value in `account-slots`. */

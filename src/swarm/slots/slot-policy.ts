@@ -11,7 +11,7 @@
  */
 import { envValue, type Env } from "../../config/index.js";
 import { SwarmError } from "../errors.js";
-import { isSlotAccountName } from "./slot-protocol.js";
+import { isSlotAccountName } from "../../swarm-bus/internal.js";
 
 export const SLOT_ACCOUNTS_ENV = "LANEWAY_HIVE_SLOT_ACCOUNTS";
 export const SLOTS_PER_HIVE_ENV = "LANEWAY_HIVE_SLOTS_PER_HIVE";

@@ -18,21 +18,18 @@
 import type { Msg, Subscription } from "@nats-io/transport-node";
 import { safeErrorFields, type Logger } from "../../log/logger.js";
 import type { BrokerConnection } from "../../nats/index.js";
-import { HUB_SLOTS_QUEUE_GROUP } from "../stream-names.js";
-import { isMemberId, isSwarmName } from "../swarm-names.js";
-import { SlotLedger } from "./slot-ledger.js";
-import type { SlotPolicy } from "./slot-policy.js";
+import { isMemberId, isSwarmName, SlotError, type SlotAnswer, type SlotOperation } from "../../swarm-bus/index.js";
 import {
   encodeSlotAnswer,
+  HUB_SLOTS_QUEUE_GROUP,
   loggableHive,
   namedInRequest,
   parseSlotRequest,
   parseSlotSubject,
-  SlotError,
-  type SlotAnswer,
-  type SlotOperation,
   type SlotRequest,
-} from "./slot-protocol.js";
+} from "../../swarm-bus/internal.js";
+import { SlotLedger } from "./slot-ledger.js";
+import type { SlotPolicy } from "./slot-policy.js";
 import { SlotStore } from "./slot-store.js";
 
 /** The subject the hub subscribes to: every swarm, every hive. */

@@ -10,8 +10,8 @@
 import { StorageType } from "@nats-io/jetstream";
 import type { KV } from "@nats-io/kv";
 import { BrokerConnection, classifyNatsError, JetStreamErrorCode, JetStreamRejectedError } from "../../nats/index.js";
-import { HUB_SLOT_BUCKETS } from "../stream-names.js";
-import { SlotError } from "./slot-protocol.js";
+import { SlotError } from "../../swarm-bus/index.js";
+import { HUB_SLOT_BUCKETS } from "../../swarm-bus/internal.js";
 
 export type SlotBucket = (typeof HUB_SLOT_BUCKETS)[number];
 

@@ -13,8 +13,17 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
-import { openBus, type Bus } from "../../../src/swarm/bus/index.js";
-import { hiveBrokerSetup, hiveDirOf, initHive, loadHiveTrust, mintMemberCredential, openSignerStore, renderMemberGrant, type HiveTrust } from "../../../src/swarm/index.js";
+import {
+  hiveBrokerSetup,
+  hiveDirOf,
+  initHive,
+  loadHiveTrust,
+  mintMemberCredential,
+  openSignerStore,
+  renderMemberGrant,
+  type HiveTrust,
+} from "../../../src/swarm/index.js";
+import { openBus, type Bus } from "../../../src/swarm-bus/index.js";
 import { signingKeyPair } from "../../../src/swarm/signer-record.js";
 import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
 

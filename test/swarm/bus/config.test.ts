@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { BusConfigError, busConfigFromEnv, checkBusConfig, openBus } from "../../../src/swarm/bus/index.js";
+import { BusConfigError, busConfigFromEnv, checkBusConfig, openBus } from "../../../src/swarm-bus/index.js";
 
 /** The bus settings from the hive.env variables, and their refusals (which never repeat a URL or credential). */
 

@@ -1,7 +1,7 @@
 import { AckPolicy, RetentionPolicy } from "@nats-io/jetstream";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { legacyQueueStreamName, queueMarkSubject, readMark, type Bus } from "../../../src/swarm/bus/index.js";
-import { deadStream, queueStream } from "../../../src/swarm/index.js";
+import { deadStream, queueStream, readMark, type Bus } from "../../../src/swarm-bus/index.js";
+import { legacyQueueStreamName, queueMarkSubject } from "../../../src/swarm-bus/internal.js";
 import { startBusHive, type BusHive } from "./bus-fixture.js";
 
 /**

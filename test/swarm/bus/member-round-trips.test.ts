@@ -4,12 +4,17 @@ import { RetentionPolicy } from "@nats-io/jetstream";
 import {
   BUS_TEXTS,
   BusResourceMissingError,
+  deadStream,
+  eventsStream,
+  GLOBAL_STREAMS,
   MigrationRefusedError,
+  queueStream,
+  STATE_REVISIONS_PER_KEY,
   StateRevisionConflictError,
+  stateStream,
   type Bus,
   type SwarmBus,
-} from "../../../src/swarm/bus/index.js";
-import { deadStream, eventsStream, GLOBAL_STREAMS, queueStream, stateStream, STATE_REVISIONS_PER_KEY } from "../../../src/swarm/index.js";
+} from "../../../src/swarm-bus/index.js";
 import { refusal, startBusHive, text, type BusHive, type MemberBus } from "./bus-fixture.js";
 
 /**

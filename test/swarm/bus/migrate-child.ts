@@ -8,7 +8,8 @@
  * Usage (argv[2] is JSON): {url, credentials, kind: "state"|"queue"|"dead", swarm, name?, bucket?, keys?, pauseAt}
  */
 import { pausePointsFromSetting } from "../../../src/fault-injection/pause-points.js";
-import { MIGRATION_PAUSE_POINTS, openBus } from "../../../src/swarm/bus/index.js";
+import { openBus } from "../../../src/swarm-bus/index.js";
+import { MIGRATION_PAUSE_POINTS } from "../../../src/swarm-bus/internal.js";
 
 interface Spec {
   url: string;

@@ -2,8 +2,8 @@ import { spawn } from "node:child_process";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Kvm } from "@nats-io/kv";
-import { deadMarkSubject, legacyQueueStreamName, openBus, queueMarkSubject, readMark, stateMarkSubject, type Bus, type WorkItem } from "../../../src/swarm/bus/index.js";
-import { deadStream, GLOBAL_STREAMS, queueStream, stateStream } from "../../../src/swarm/index.js";
+import { deadStream, GLOBAL_STREAMS, openBus, queueStream, readMark, stateStream, type Bus, type WorkItem } from "../../../src/swarm-bus/index.js";
+import { deadMarkSubject, legacyQueueStreamName, queueMarkSubject, stateMarkSubject } from "../../../src/swarm-bus/internal.js";
 import { startBusHive, type BusHive } from "./bus-fixture.js";
 
 /**

@@ -1,19 +1,19 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Kvm, type KV } from "@nats-io/kv";
 import { headers as natsHeaders } from "@nats-io/transport-node";
+import type { MigrationProgress } from "../../../src/swarm/index.js";
 import {
-  BUS_HEADERS,
-  deadMarkSubject,
+  deadStream,
+  GLOBAL_STREAMS,
   MigrationIncompleteError,
   MigrationRefusedError,
-  queueMarkSubject,
+  queueStream,
   readMark,
-  stateMarkSubject,
+  stateStream,
   type Bus,
-  type MigrationProgress,
   type WorkItem,
-} from "../../../src/swarm/bus/index.js";
-import { deadStream, GLOBAL_STREAMS, queueStream, stateStream } from "../../../src/swarm/index.js";
+} from "../../../src/swarm-bus/index.js";
+import { BUS_HEADERS, deadMarkSubject, queueMarkSubject, stateMarkSubject } from "../../../src/swarm-bus/internal.js";
 import { refusal, startBusHive, text, type BusHive } from "./bus-fixture.js";
 
 /**

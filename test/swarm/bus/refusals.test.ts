@@ -7,7 +7,7 @@ import {
   type Bus,
   type SwarmBus,
   type WorkQueue,
-} from "../../../src/swarm/bus/index.js";
+} from "../../../src/swarm-bus/index.js";
 import { refusal, startBusHive, type BusHive, type MemberBus } from "./bus-fixture.js";
 
 /**

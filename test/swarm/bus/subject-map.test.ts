@@ -1,13 +1,5 @@
 import { describe, expect, test } from "vitest";
-import {
-  checkEventSwarm,
-  logicalSubject,
-  routeQueue,
-  routeSubject,
-  type BusEvent,
-  type BusMode,
-} from "../../../src/swarm/bus/index.js";
-import { queueStream } from "../../../src/swarm/index.js";
+import { checkEventSwarm, logicalSubject, queueStream, routeQueue, routeSubject, type BusEvent, type BusMode } from "../../../src/swarm-bus/index.js";
 
 /**
  * The subject and queue tables, row by row: what each logical name becomes

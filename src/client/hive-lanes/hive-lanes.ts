@@ -23,73 +23,31 @@
  *
  * Lane membership is not a write authority: the handlers read the hub and
  * write only their own events.
+ *
+ * The adapter is a Connect client of a lane, not part of the swarm core:
+ * the swarm binding gives it the hub, a reader of the hub's migration marks
+ * (src/swarm) and a generated lane client.
  */
-import { RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { safeErrorFields, type Logger } from "../log/logger.js";
-import type { BrokerConnection } from "../nats/index.js";
-import { Participant, type ClaimedWork, type ParticipantOptions } from "../participant/index.js";
-import { deadMarkSubject, queueMarkSubject, readMark, stateMarkSubject } from "./bus/index.js";
-import { SwarmError } from "./errors.js";
-import type { HiveHub, HubModeChange } from "./hive-hub.js";
-import { checkSnapshotRequest, HIVE_SCHEMAS, modeChangeEvent, snapshotEvent, type MigrationMarkSummary } from "./hive-lanes-events.js";
+import { RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { safeErrorFields, type Logger } from "../../log/logger.js";
+import { Participant, type ClaimedWork, type ParticipantOptions } from "../../participant/index.js";
+import { SwarmError, type HiveHub, type HubModeChange, type MigrationMarksReader } from "../../swarm/index.js";
+import { checkSnapshotRequest, HIVE_SCHEMAS, modeChangeEvent, snapshotEvent } from "./hive-lanes-events.js";
 import type { HiveLanesSettings } from "./hive-lanes-settings.js";
-import { SWARM_LANES, swarmOfStream, type SwarmLane } from "./stream-names.js";
-import { isSwarmName } from "./swarm-names.js";
 
 /** A generated LaneService client carrying the hive's project token. */
 export type LaneClient = ParticipantOptions["client"];
 
-/** Reads the migration marks a snapshot reports. */
-export type MigrationMarksReader = () => Promise<readonly MigrationMarkSummary[]>;
-
 /** A reader that reports no marks (a hub without a broker connection to read them from). */
 export const noMigrationMarks: MigrationMarksReader = async () => [];
 
-/**
- * The migration marks on the hub's server: for every scoped queue, state
- * and dead-letter stream (`AGENTIHOOKS-<hex>-…`), the latest mark of its
- * import (bus/migration-mark.ts), read with the hub's own connection. A
- * stream without a mark was never migrated into and is not reported; a
- * mark that cannot be parsed reads as pending. Only reads: stream listings
- * and one message get per stream.
- */
-export function hubMigrationMarks(broker: BrokerConnection): MigrationMarksReader {
-  return async () => {
-    const jsm = broker.jetstreamManager();
-    const marks: MigrationMarkSummary[] = [];
-    for await (const info of jsm.streams.list()) {
-      const name = info.config.name;
-      if (!name.startsWith("AGENTIHOOKS-")) continue; // legacy names hold no marks
-      const swarm = swarmOfStream(name);
-      if (swarm === undefined || !isSwarmName(swarm)) continue;
-      const target = markTargetOf(swarm, info.config.subjects ?? []);
-      if (target === undefined) continue;
-      const stored = await readMark(jsm, name, target.subject);
-      if (stored !== undefined) marks.push({ swarm, kind: target.kind, resource: target.resource, status: stored.mark.status });
-    }
-    return marks;
-  };
-}
-
-/** Which import a scoped stream's subjects say it receives, and where its mark lives; undefined for events streams. */
-function markTargetOf(swarm: string, subjects: readonly string[]): { kind: "queue" | "state" | "dead"; resource: string; subject: string } | undefined {
-  const prefix = `swarm.${swarm}.`;
-  for (const subject of subjects) {
-    if (!subject.startsWith(prefix) || !subject.endsWith(".>")) continue;
-    const middle = subject.slice(prefix.length, -2).split(".");
-    if (middle.length === 1 && middle[0] === "dead") return { kind: "dead", resource: "dead", subject: deadMarkSubject(swarm) };
-    if (middle.length === 2 && middle[0] === "queue" && (SWARM_LANES as readonly string[]).includes(middle[1]!)) {
-      return { kind: "queue", resource: middle[1]!, subject: queueMarkSubject(swarm, middle[1] as SwarmLane) };
-    }
-    if (middle.length === 2 && middle[0] === "state" && middle[1] !== "") return { kind: "state", resource: middle[1]!, subject: stateMarkSubject(swarm, middle[1]!) };
-  }
-  return undefined;
-}
+/** What the adapter reads of the hub: its members, and its committed mode changes. */
+export type HubView = Pick<HiveHub, "listMembers" | "onModeChange">;
 
 export interface HiveLanesOptions {
   readonly settings: HiveLanesSettings;
   readonly client: LaneClient;
-  readonly hub: HiveHub;
+  readonly hub: HubView;
   readonly log: Logger;
   readonly readMigrationMarks?: MigrationMarksReader;
   /** Snapshot requests handled at once (default 4). */

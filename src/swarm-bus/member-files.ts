@@ -11,9 +11,9 @@
  */
 import { isAbsolute, join, resolve } from "node:path";
 import { formatEnvFile, parseEnvFile, Secret } from "../config/index.js";
-import { SwarmError, SWARM_TEXTS } from "./errors.js";
+import { BUS_TEXTS, SwarmError } from "./errors.js";
 import { HIVE_CREDS_FILE, HIVE_ENV, HIVE_ENV_FILE } from "./member-env.js";
-import { errnoCode, readOptionalFile, writePrivateFile } from "./private-files.js";
+import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
 import { isMemberId } from "./swarm-names.js";
 
 /** An invite as a member reads it. */
@@ -51,7 +51,7 @@ export async function readInvite(path: string, cwd: string = process.cwd()): Pro
  * specification's text (`swarm_unscoped`).
  */
 export function acceptCredential(invite: Pick<MemberInvite, "scoped">, credential: { readonly scoped: boolean }): void {
-  if (invite.scoped && !credential.scoped) throw new SwarmError("swarm_unscoped", SWARM_TEXTS.unscopedOffered);
+  if (invite.scoped && !credential.scoped) throw new SwarmError("swarm_unscoped", BUS_TEXTS.unscopedOffered);
 }
 
 /** Where a member's files went. */

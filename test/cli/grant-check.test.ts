@@ -3,7 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { runCli } from "../../src/cli/main.js";
-import { ANTONCORE_FILES, controllerGrant, covers, renderMemberGrant } from "../../src/swarm/index.js";
+import { controllerGrant, covers, renderMemberGrant } from "../../src/swarm/index.js";
+import { ANTONCORE_FILES } from "../../src/cli/grant-check/antoncore-users.js";
 
 /**
  * The grant check against antoncore-style checkouts (fixtures written by
@@ -202,6 +203,20 @@ describe("the no-shared-hive-user rule", () => {
   ])("%s covers swarm.*.execution.>: %s", (permission, expected) => {
     expect(covers(permission, "swarm.*.execution.>")).toBe(expected);
   });
+});
+
+test.each([
+  ["an alias", "config:\n  jetstream: &js {enabled: true}\n  again: *js\n", 2],
+  ["a tag", "config:\n  resolver: !!map {type: full}\n", 2],
+  ["a block scalar (a bare > is a subject to its author)", "config:\n  subjects:\n    - >\n", 3],
+  ["a second document", "config:\n  jetstream: {enabled: true}\n---\nconfig: {}\n", 3],
+  ["a duplicate key", "config: {}\nconfig: {}\n", 2],
+])("YAML with %s is refused with its line, not read", async (_, values, line) => {
+  const dir = await checkout({ values });
+  const result = await check(dir);
+  expect(result.code).toBe(1);
+  expect(result.lines).toHaveLength(1);
+  expect(result.lines[0]).toMatch(new RegExp(`^::error::The swarm NATS grants cannot be read \\(ValueError: k8s/values-overlays/agentihooks-swarm-nats/values\\.yaml: line ${line}: `));
 });
 
 test("a file that cannot be read is reported, not guessed", async () => {

@@ -27,8 +27,8 @@
  * lane outside eng/ci/plan, a queue name that is not a lane queue on the
  * root bus, and an event whose `swarm` field differs from the bus swarm.
  */
-import { queueStream, queueWorkSubject, SWARM_LANES, type SwarmLane, type SwarmStream } from "../stream-names.js";
-import { swarmNameProblem } from "../swarm-names.js";
+import { queueStream, queueWorkSubject, SWARM_LANES, type SwarmLane, type SwarmStream } from "./stream-names.js";
+import { swarmNameProblem } from "./swarm-names.js";
 import { BUS_OWN_TEXTS, BUS_TEXTS, BusRefusedError } from "./errors.js";
 import { LEGACY_EVENT_PREFIX, legacyQueueConsumerName, legacyQueueStreamName } from "./names.js";
 

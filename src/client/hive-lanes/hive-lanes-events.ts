@@ -22,8 +22,8 @@
  * invite secret, credential, key or address.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { canonicalJson, type Json } from "../encoding/canonical-json.js";
-import type { HubModeChange, MembersListing } from "./hive-hub.js";
+import { canonicalJson, type Json } from "../../encoding/canonical-json.js";
+import type { HubModeChange, MembersListing, MigrationMarkSummary } from "../../swarm/index.js";
 
 export const HIVE_SCHEMAS = Object.freeze({
   snapshotRequest: "hive-governor-snapshot-request-v1",
@@ -36,20 +36,6 @@ export interface SnapshotRequestRef {
   readonly project: string;
   readonly id: string;
   readonly sequence: bigint;
-}
-
-/**
- * One migration mark as a snapshot reports it: which swarm resource is
- * being (or was) imported from a legacy stream, and whether the copy has
- * completed.
- */
-export interface MigrationMarkSummary {
-  readonly swarm: string;
-  /** `queue`, `state` or `dead`. */
-  readonly kind: string;
-  /** The lane (queue), bucket (state) or `dead`. */
-  readonly resource: string;
-  readonly status: "pending" | "complete";
 }
 
 /** What a snapshot reads of the hub. */

@@ -1,5 +1,8 @@
 /**
- * The scoped bus's failures.
+ * The swarm domain's error class, and the scoped bus's failures.
+ *
+ * {@link SwarmError} is the one class of every swarm failure, the member's
+ * and the hub's alike (the hub's own texts are in src/swarm/errors.ts).
  *
  * Every refusal the specification quotes is reproduced exactly in
  * {@link BUS_TEXTS}: operators and members search for them. Each one is
@@ -18,8 +21,37 @@
  * | {@link BusResourceMissingError} | `swarm_not_found` | bind mode and the hub has not provisioned the stream or consumer |
  * | {@link BusConfigError} | `swarm_invalid` | the bus settings (options or `AGENTIHOOKS_BUS*` variables) |
  */
-import { classifyNatsError, JetStreamErrorCode } from "../../nats/index.js";
-import { SwarmError } from "../errors.js";
+import { CoreError } from "../errors/core-error.js";
+import { classifyNatsError, JetStreamErrorCode } from "../nats/index.js";
+
+/**
+ * The swarm core's reasons. Messages reproduce the specification's exact
+ * texts (for example `the hub record lists no member swarms for hive member
+ * <id>`), because operators search for them.
+ *
+ * - `swarm_invalid`: a request or a signer record that breaks a rule.
+ * - `swarm_forbidden`: the hub refuses to mint (field present, member absent).
+ * - `swarm_conflict`: state forbids it (the member exists, a `file:` signer
+ *   record that is never written).
+ * - `swarm_not_found`: no such member.
+ * - `swarm_unavailable`: the signer record, the broker or Redis cannot be reached.
+ * - `swarm_migration_incomplete`: a scoped resource whose import is pending.
+ * - `swarm_unscoped`: a member refuses an unscoped credential for a scoped invite.
+ */
+export type SwarmReason =
+  | "swarm_invalid"
+  | "swarm_forbidden"
+  | "swarm_conflict"
+  | "swarm_not_found"
+  | "swarm_unavailable"
+  | "swarm_migration_incomplete"
+  | "swarm_unscoped";
+
+/** A failure of swarm membership (see CoreError for what its message and cause may hold). */
+export class SwarmError extends CoreError<SwarmReason> {
+  override readonly name = "SwarmError";
+  readonly domain = "swarm" as const;
+}
 
 /** The specification's texts, reproduced exactly (names and subjects are quoted as given). */
 export const BUS_TEXTS = Object.freeze({
@@ -38,6 +70,8 @@ export const BUS_TEXTS = Object.freeze({
   legacyQueueUndelivered: "legacy queue still has undelivered work",
   migrationNeedsProvisioning: "migration requires privileged provisioning",
   migrationNotEnabled: "scoped migration is not enabled",
+  /** The member's side of join and refresh: a scoped invite answered with an unscoped credential. */
+  unscopedOffered: "the hive offered an unscoped bus credential; ask its hub to list this member's swarms",
 });
 
 /**

@@ -8,7 +8,7 @@
  * through them by sequence, like events.
  */
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
-import { swarmSubjectPrefix } from "../stream-names.js";
+import { swarmSubjectPrefix } from "./stream-names.js";
 import { BUS_HEADERS, legacyDeadSubject } from "./names.js";
 import type { BusMode } from "./subject-map.js";
 

@@ -18,7 +18,7 @@
  * Messages never repeat a URL or a credential path's contents.
  */
 import { isAbsolute, resolve } from "node:path";
-import { HIVE_ENV } from "../member-env.js";
+import { HIVE_ENV } from "./member-env.js";
 import { BusConfigError } from "./errors.js";
 
 /** How a lane queue's durable consumer hands out work. */

@@ -20,9 +20,9 @@
  * provisioning.
  */
 import { readFile } from "node:fs/promises";
-import { BrokerConnection } from "../../nats/index.js";
-import { deadStream, eventsStream, stateStream, swarmStreams, type SwarmStream } from "../stream-names.js";
-import { swarmNameProblem } from "../swarm-names.js";
+import { BrokerConnection } from "../nats/index.js";
+import { deadStream, eventsStream, stateStream, swarmStreams, type SwarmStream } from "./stream-names.js";
+import { swarmNameProblem } from "./swarm-names.js";
 import { checkBusConfig, DEFAULT_QUEUE_POLICY, isProvisioning, type BusConfig, type QueuePolicy } from "./config.js";
 import { deadLetterFilters, deadLetterHeaders, deadLetterName, type DeadLetterOptions } from "./dead-letters.js";
 import { EventFanIn, type FanInOptions } from "./fan-in.js";

@@ -19,13 +19,8 @@
  * returns, or when any user may publish on the spoke execution subject
  * `swarm.*.execution.>`.
  */
-import { controllerGrant, renderMemberGrant } from "../member-grant.js";
-import { readAntoncoreNats, GrantsUnreadableError, type AntoncoreNats, type AntoncoreUser } from "./antoncore-users.js";
-
-export const HIVE_USER = "swarm-hive";
-export const CONTROLLER_USER = "swarm-controller";
-/** The spoke execution subject no user may publish on. */
-export const SPOKE_EXECUTION_SUBJECT = "swarm.*.execution.>";
+import { CONTROLLER_USER, controllerGrant, covers, HIVE_USER, renderMemberGrant, SPOKE_EXECUTION_SUBJECT } from "../../swarm/index.js";
+import { GrantsUnreadableError, readAntoncoreNats, type AntoncoreNats, type AntoncoreUser } from "./antoncore-users.js";
 /** Where Laneway's grants are rendered, named in one-sided lines. */
 const LANEWAY_SOURCE = "src/swarm/member-grant.ts";
 
@@ -90,25 +85,6 @@ export function noSharedHiveUser(nats: AntoncoreNats): GrantCheckResult {
   }
   if (errors.length > 0) return { ok: false, lines: errors };
   return { ok: true, lines: [`No shared hive user remains: no antoncore user is ${HIVE_USER} or may publish on ${SPOKE_EXECUTION_SUBJECT}.`] };
-}
-
-/**
- * Whether the permission subject `permission` allows every subject that
- * `subject` matches (token by token; `>` covers the rest, `*` one token).
- */
-export function covers(permission: string, subject: string): boolean {
-  const p = permission.split(".");
-  const s = subject.split(".");
-  for (let i = 0; i < p.length; i++) {
-    if (p[i] === ">") return i < s.length;
-    if (i >= s.length) return false;
-    if (p[i] === "*") {
-      if (s[i] === ">") return false;
-      continue;
-    }
-    if (p[i] !== s[i]) return false;
-  }
-  return p.length === s.length;
 }
 
 function compare(

@@ -62,11 +62,11 @@
  * hub exactly between these steps (test/swarm/bus/migration-crash.test.ts).
  */
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
-import { noPausePoints, type PausePoints } from "../../fault-injection/pause-points.js";
+import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import type { Consumer, JsMsg, StoredMsg } from "@nats-io/jetstream";
 import { createHash } from "node:crypto";
-import { deadLetterSubject, deadStream, GLOBAL_STREAMS, stateStream, type SwarmLane, type SwarmStream } from "../stream-names.js";
-import { swarmNameProblem } from "../swarm-names.js";
+import { deadLetterSubject, deadStream, GLOBAL_STREAMS, stateStream, type SwarmLane, type SwarmStream } from "./stream-names.js";
+import { swarmNameProblem } from "./swarm-names.js";
 import type { QueuePolicy } from "./config.js";
 import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, MigrationRefusedError } from "./errors.js";
 import { adoptLegacyMark, pruneMarks, readMark, writeMark, type AdoptableMark, type MigrationMark, type RecordedRevisions } from "./migration-mark.js";

@@ -1,7 +1,7 @@
 import { createAccount, createOperator, createUser, fromPublic, fromSeed } from "@nats-io/nkeys";
 import { decode, encodeUser } from "@nats-io/jwt";
 import { expect, test } from "vitest";
-import { NativeKeyPair } from "../../src/swarm/index.js";
+import { NativeKeyPair } from "../../src/nats/index.js";
 
 /**
  * Laneway signs with Node's Ed25519 instead of @nats-io/nkeys' JavaScript

@@ -14,8 +14,8 @@
  * Nothing here is ever printed: the address may name an internal host and
  * the token is a secret, so messages name only the variables.
  */
-import { envValue, Secret, tokenProblem, type Env } from "../config/index.js";
-import { SwarmError } from "./errors.js";
+import { envValue, Secret, tokenProblem, type Env } from "../../config/index.js";
+import { SwarmError } from "../../swarm/index.js";
 
 export const HIVE_LANES_ENV = Object.freeze({
   address: "HIVE_LANES_ADDRESS",

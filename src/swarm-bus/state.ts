@@ -17,7 +17,7 @@
  */
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { StoredMsg } from "@nats-io/jetstream";
-import { STATE_REVISIONS_PER_KEY } from "../stream-names.js";
+import { STATE_REVISIONS_PER_KEY } from "./stream-names.js";
 import { BUS_OWN_TEXTS, busFailure, BusRefusedError, jetStreamCode, StateRevisionConflictError } from "./errors.js";
 import { BUS_HEADERS } from "./names.js";
 import { lastMessage, nextMessage } from "./stream-reader.js";

@@ -1,5 +1,5 @@
 /**
- * Names the scoped bus needs beyond those of ../stream-names.ts (which
+ * Names the scoped bus needs beyond those of stream-names.ts (which
  * holds every per-swarm stream, subject and consumer name and is the one
  * source for them): the legacy (unscoped) resources, the migration marks,
  * and the headers the bus writes.
@@ -23,7 +23,7 @@
  * swarm's own prefix, are denied to members and no longer read; readers of
  * events and dead letters still skip them.
  */
-import { LEGACY_MARK_TOKEN, MIGRATION_MARK_PREFIX, migrationMarkSubject, type SwarmLane } from "../stream-names.js";
+import { LEGACY_MARK_TOKEN, MIGRATION_MARK_PREFIX, migrationMarkSubject, type SwarmLane } from "./stream-names.js";
 
 /** Headers the bus writes. */
 export const BUS_HEADERS = Object.freeze({

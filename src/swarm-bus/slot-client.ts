@@ -9,8 +9,8 @@
  * any other subject before the hub sees it (`slot_forbidden` here).
  */
 import type { NatsConnection } from "@nats-io/transport-node";
-import { BrokerPermissionError, BrokerTimeoutError, BrokerUnavailableError, classifyNatsError } from "../../nats/index.js";
-import { slotRequestSubject } from "../stream-names.js";
+import { BrokerPermissionError, BrokerTimeoutError, BrokerUnavailableError, classifyNatsError } from "../nats/index.js";
+import { slotRequestSubject } from "./stream-names.js";
 import {
   decodeSlotAnswer,
   encodeSlotRequest,

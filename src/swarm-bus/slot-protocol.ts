@@ -1,8 +1,8 @@
 /**
  * The account-slot protocol: what a member sends on `slots.<swarm>.<hive>`
  * and what the hub answers, as JSON. One file holds the wire shapes, their
- * bounds and the parser, so the hub (slot-responder.ts) and the member
- * client (slot-client.ts) cannot disagree.
+ * bounds and the parser, so the hub (src/swarm/slots/slot-responder.ts)
+ * and the member client (slot-client.ts) cannot disagree.
  *
  * Requests (`hive` is always the hive the credential was minted for; the
  * subject carries the swarm):
@@ -25,8 +25,8 @@
  * { "ok": false, "op": "take", "error": { "reason": "slot_exhausted", "message": "…" } }
  * ```
  */
-import { CoreError } from "../../errors/core-error.js";
-import { isMemberId } from "../swarm-names.js";
+import { CoreError } from "../errors/core-error.js";
+import { isMemberId } from "./swarm-names.js";
 
 /** The largest request body the hub reads; bigger ones are `slot_invalid`. */
 export const MAX_SLOT_REQUEST_BYTES = 4096;

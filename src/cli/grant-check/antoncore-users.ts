@@ -10,11 +10,12 @@
  *   `permissions`).
  *
  * Permissions are nats-server's: `publish`/`subscribe` each a list of
- * subjects or `{allow: [...], deny: [...]}`.
+ * subjects or `{allow: [...], deny: [...]}`. The files are read as
+ * strict-yaml.ts reads YAML.
  */
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { parseYamlSubset, YamlSubsetError } from "./yaml-subset.js";
+import { parseStrictYaml, YamlRefusedError } from "./strict-yaml.js";
 
 /** The files, relative to the checkout. */
 export const ANTONCORE_FILES = Object.freeze({
@@ -85,9 +86,9 @@ async function readYaml(checkout: string, relative: string, required: boolean): 
     throw new GrantsUnreadableError(`${relative} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
   }
   try {
-    return parseYamlSubset(text);
+    return parseStrictYaml(text);
   } catch (error) {
-    if (error instanceof YamlSubsetError) throw new GrantsUnreadableError(`${relative}: ${error.message}`);
+    if (error instanceof YamlRefusedError) throw new GrantsUnreadableError(`${relative}: ${error.message}`);
     throw error;
   }
 }

@@ -40,8 +40,8 @@ import {
   type StreamInfo,
 } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { BrokerConnection } from "../../nats/index.js";
-import { GLOBAL_STREAMS, LEGACY_EVENT_SUBJECTS, legacyKvStream, queueWorkSubject, STATE_REVISIONS_PER_KEY, type SwarmLane, type SwarmStream } from "../stream-names.js";
+import type { BrokerConnection } from "../nats/index.js";
+import { GLOBAL_STREAMS, LEGACY_EVENT_SUBJECTS, legacyKvStream, queueWorkSubject, STATE_REVISIONS_PER_KEY, type SwarmLane, type SwarmStream } from "./stream-names.js";
 import { DEFAULT_QUEUE_POLICY, type QueuePolicy } from "./config.js";
 import { busFailure, BusResourceMissingError, jetStreamCode, LegacyStateOwnershipError, ownStateCommand } from "./errors.js";
 import { LEGACY_DEAD_SUBJECTS } from "./names.js";

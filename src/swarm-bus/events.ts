@@ -17,7 +17,7 @@
  */
 import type { MsgHdrs } from "@nats-io/transport-node";
 import type { PubAck, StoredMsg } from "@nats-io/jetstream";
-import { BrokerPermissionError, BrokerUnavailableError, classifyNatsError } from "../../nats/index.js";
+import { BrokerPermissionError, BrokerUnavailableError, classifyNatsError } from "../nats/index.js";
 import { busFailure } from "./errors.js";
 import { isMarkSubject } from "./names.js";
 import { readMessages } from "./stream-reader.js";

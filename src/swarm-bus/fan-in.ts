@@ -40,9 +40,8 @@
  */
 import { AckPolicy, DeliverPolicy, type ConsumerInfo, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
-import { SwarmError } from "../errors.js";
-import { swarmOfStream } from "../stream-names.js";
-import { busFailure, BusResourceMissingError, jetStreamCode } from "./errors.js";
+import { swarmOfStream } from "./stream-names.js";
+import { busFailure, BusResourceMissingError, jetStreamCode, SwarmError } from "./errors.js";
 import type { BusStreams } from "./streams.js";
 import { decodeEvent, logicalSubject, type BusEvent, type BusMode } from "./subject-map.js";
 
