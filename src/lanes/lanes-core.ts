@@ -2,6 +2,7 @@ import { CoreStartupError } from "../errors/core-error.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
+import { withinDeadline } from "./deadline.js";
 import { LaneError } from "./errors.js";
 import { LaneStore } from "./lane-store.js";
 import { LaneWatchers, type LaneHold } from "./lane-watcher.js";
@@ -104,13 +105,16 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     groups.warnUnrecoverable(log);
     const followers = new Map<string, number>();
     const heartbeatMs = options.heartbeatMs ?? FOLLOW_HEARTBEAT_MS;
+    // Every call answers within operation_timeout (and the caller's deadline), whatever the broker does.
+    const bounded = <T>(action: string, signal: AbortSignal | undefined, run: (signal: AbortSignal) => Promise<T>, extraMs = 0): Promise<T> =>
+      withinDeadline(config.bounds.operationTimeoutMs + extraMs, action, signal, run);
 
     return {
       registry,
       namespace,
-      publish: (project, lane, publication, signal) => publisher.publish(project, lane, publication, signal),
-      publishBatch: (project, lane, publications, signal) => publisher.publishBatch(project, lane, publications, signal),
-      replay: (project, lane, cursor, maxEvents, signal) => replayer.replay(project, lane, cursor, maxEvents, signal),
+      publish: (project, lane, publication, signal) => bounded("publishing", signal, (s) => publisher.publish(project, lane, publication, s)),
+      publishBatch: (project, lane, publications, signal) => bounded("publishing a batch", signal, (s) => publisher.publishBatch(project, lane, publications, s)),
+      replay: (project, lane, cursor, maxEvents, signal) => bounded("reading a page", signal, (s) => replayer.replay(project, lane, cursor, maxEvents, s)),
       async *follow(project, lane, cursor, signal) {
         registry.require(project, lane, "subscribe");
         const held = followers.get(project) ?? 0;
@@ -141,7 +145,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           let started = false;
           while (!signal.aborted) {
             const version = hold.version();
-            const page = await replayer.page(lane, position, MAX_EVENTS, signal);
+            const page = await bounded("reading a page", signal, (s) => replayer.page(lane, position, MAX_EVENTS, s));
             if (page.examined > 0 || !started) {
               // The first page goes out at once, even empty: the follower
               // learns the stream is open and its cursor checked.
@@ -158,12 +162,13 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           leave();
         }
       },
-      claim: (params, signal) => groups.claim(params, signal),
-      renew: (params, signal) => groups.renew(params, signal),
-      ack: (params, signal) => groups.ack(params, signal),
-      nack: (params, signal) => groups.nack(params, signal),
-      inspect: (params, signal) => groups.inspect(params, signal),
-      recover: (params, signal) => groups.recover(params, signal),
+      // A claim may wait for work as long as it asked before its broker work begins.
+      claim: (params, signal) => bounded("claiming work", signal, (s) => groups.claim(params, s), Math.max(0, params.waitMs)),
+      renew: (params, signal) => bounded("renewing leases", signal, (s) => groups.renew(params, s)),
+      ack: (params, signal) => bounded("acknowledging work", signal, (s) => groups.ack(params, s)),
+      nack: (params, signal) => bounded("returning work", signal, (s) => groups.nack(params, s)),
+      inspect: (params, signal) => bounded("inspecting a group", signal, (s) => groups.inspect(params, s)),
+      recover: (params, signal) => bounded("recovering work", signal, (s) => groups.recover(params, s)),
       async close() {
         groups.close();
         watchers.close();

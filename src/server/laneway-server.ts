@@ -18,6 +18,7 @@ import {
   SupervisedNatsServer,
   type SupervisedNatsServerOptions,
 } from "../nats/index.js";
+import { enforceBrokerVersion } from "../nats/version-gate.js";
 import { hiveBrokerSetup } from "../swarm/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
@@ -189,6 +190,8 @@ export class LanewayServer {
         ...(embedded ? { explainDisconnect: (clientId: number | undefined) => embedded!.disconnectReason(clientId) } : {}),
       });
       started.push({ close: () => broker.close() });
+      // Replicated lanes only on a broker without the known defects, or with the operator's explicit override.
+      if (embedded === undefined) await enforceBrokerVersion(broker, { replicas: server.replicas, allowUnsafe: server.allowUnsafeBroker, log });
 
       const health = new HealthStatus();
       const coreHealth = new Map<string, "serving" | "not_serving" | "off">();
