@@ -94,6 +94,8 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
   try {
     const namespace = await openNamespace(broker, config, options.replicas, log);
     readers = await openReaders(broker, log);
+    // A replicated namespace: the connections' majority probe asks the lane streams' leaders.
+    if (options.replicas > 1) broker.probeStreams([...namespace.streams.values()]);
     const registry = new LaneRegistry(config);
     const reads = { maxRecordBytes: maxEnvelopeBytes(config.bounds.maxPayload) };
     const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas, reads);

@@ -26,7 +26,7 @@ import { connect, credsAuthenticator, nkeyAuthenticator, PermissionViolationErro
 import type { Authenticator, NatsConnection, Status } from "@nats-io/transport-node";
 
 import { BrokerUnavailableError, classifyNatsError, classifyServerError, type DisconnectReason, type NatsFailure } from "./broker-errors.js";
-import { MajorityFollower, type MajorityFollowerOptions } from "./majority-follower.js";
+import { MajorityFollower, type MajorityFollowerOptions, type ProbeStreams } from "./majority-follower.js";
 
 /** Lifecycle of a {@link BrokerConnection}. */
 export type BrokerState = "connecting" | "connected" | "disconnected" | "closed";
@@ -122,6 +122,8 @@ export interface BrokerConnectionOptions {
    * than one server and `verifyJetStream` is on; `false` turns it off.
    */
   followMajority?: MajorityFollowerOptions | false;
+  /** The replicated streams the majority probe asks about; shared with siblings (see {@link BrokerConnection.probeStreams}). */
+  probeStreams?: ProbeStreams;
 }
 
 type Listener = (change: BrokerStateChange) => void;
@@ -156,7 +158,17 @@ export class BrokerConnection {
   #leaving: NatsConnection | undefined;
 
   private constructor(options: BrokerConnectionOptions) {
-    this.#options = options;
+    this.#options = { ...options, probeStreams: options.probeStreams ?? { current: [] } };
+  }
+
+  /**
+   * Names replicated streams whose leaders the majority probe asks about
+   * (the lanes core names its lane streams): a node cut off from its peers
+   * that still holds a leader role answers other JetStream requests itself.
+   * Shared with every sibling.
+   */
+  probeStreams(names: readonly string[]): void {
+    this.#options.probeStreams!.current = [...names];
   }
 
   /**
@@ -394,7 +406,7 @@ export class BrokerConnection {
       const o = this.#options;
       const prefix = o.jetstream?.apiPrefix ?? (o.jetstream?.domain ? `$JS.${o.jetstream.domain}.API` : "$JS.API");
       const follow = typeof o.followMajority === "object" ? o.followMajority : {};
-      this.#follower = new MajorityFollower(live.nc, prefix, follow, () => this.#leave(live));
+      this.#follower = new MajorityFollower(live.nc, prefix, follow, () => this.#leave(live), o.probeStreams);
     }
     // What the server said (a fatal -ERR), missed pings, lame duck mode:
     // the first wins. An -ERR the server does not always close for (an

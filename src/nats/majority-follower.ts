@@ -36,15 +36,44 @@ export const MAJORITY_FOLLOWER_DEFAULTS = Object.freeze({ intervalMs: 1_000, tim
 /** JetStream API error codes that mean this node cannot serve (no meta leader, no quorum). */
 const NOT_SERVING_CODES: ReadonlySet<number> = new Set([10008]);
 
-/** One probe on one live connection: true when JetStream answered for the account. */
-export async function probeJetStream(nc: NatsConnection, apiPrefix: string, timeoutMs: number): Promise<boolean> {
+/** A replica not heard from for this long (nanoseconds, as the server reports `active`) counts as out of reach. */
+const REPLICA_SILENT_NS = 4_000_000_000;
+
+/** The streams a probe also asks about (shared by a connection and its siblings; the lanes core names its own). */
+export interface ProbeStreams {
+  current: readonly string[];
+}
+
+/**
+ * One probe on one live connection: true when JetStream answered for the
+ * account and, when a replicated stream is named, its leader answered with
+ * at least one replica it still hears from.
+ *
+ * Why the stream: a node cut off from its peers that was the meta leader
+ * (or a stream's leader) keeps that role for a while and answers
+ * `$JS.API.INFO` itself (observed for more than 12 s on 2.9.10). Asked about
+ * a stream, a cut node either cannot reach the stream's leader (no answer)
+ * or is the leader and reports replicas it has not heard from.
+ */
+export async function probeJetStream(nc: NatsConnection, apiPrefix: string, timeoutMs: number, stream?: string): Promise<boolean> {
   try {
     const answer = await nc.request(`${apiPrefix}.INFO`, undefined, { timeout: timeoutMs });
     const body = answer.json<{ error?: { code?: number; err_code?: number } }>();
-    if (body.error === undefined) return true;
-    if (body.error.err_code !== undefined && NOT_SERVING_CODES.has(body.error.err_code)) return false;
-    // Any other answer comes from a node that can reach a meta leader.
-    return (body.error.code ?? 500) < 500;
+    if (body.error !== undefined) {
+      if (body.error.err_code !== undefined && NOT_SERVING_CODES.has(body.error.err_code)) return false;
+      // Any other answer comes from a node that can reach a meta leader.
+      if ((body.error.code ?? 500) >= 500) return false;
+    }
+    if (stream === undefined) return true;
+    const info = await nc.request(`${apiPrefix}.STREAM.INFO.${stream}`, undefined, { timeout: timeoutMs });
+    const streamBody = info.json<{ error?: { code?: number; err_code?: number }; cluster?: { replicas?: { current?: boolean; active?: number; offline?: boolean }[] } }>();
+    if (streamBody.error !== undefined) {
+      if (streamBody.error.err_code !== undefined && NOT_SERVING_CODES.has(streamBody.error.err_code)) return false;
+      return (streamBody.error.code ?? 500) < 500;
+    }
+    const replicas = streamBody.cluster?.replicas ?? [];
+    if (replicas.length === 0) return true;
+    return replicas.some((r) => r.offline !== true && (r.active ?? 0) < REPLICA_SILENT_NS);
   } catch {
     return false;
   }
@@ -64,8 +93,12 @@ export class MajorityFollower {
   #stopped = false;
 
   /** Starts probing `nc`; `move` is called once, when the node stopped serving JetStream. */
-  constructor(nc: NatsConnection, apiPrefix: string, options: MajorityFollowerOptions, move: () => void) {
+  readonly #streams: ProbeStreams | undefined;
+  #round = 0;
+
+  constructor(nc: NatsConnection, apiPrefix: string, options: MajorityFollowerOptions, move: () => void, streams?: ProbeStreams) {
     this.#nc = nc;
+    this.#streams = streams;
     this.#apiPrefix = apiPrefix;
     this.#intervalMs = options.intervalMs ?? MAJORITY_FOLLOWER_DEFAULTS.intervalMs;
     this.#timeoutMs = options.timeoutMs ?? MAJORITY_FOLLOWER_DEFAULTS.timeoutMs;
@@ -100,7 +133,10 @@ export class MajorityFollower {
     this.#timer = undefined;
     if (this.#stopped || this.#nc.isClosed()) return;
     this.#probing = true;
-    const served = await probeJetStream(this.#nc, this.#apiPrefix, this.#timeoutMs);
+    // One named stream per probe, in turn.
+    const names = this.#streams?.current ?? [];
+    const stream = names.length === 0 ? undefined : names[this.#round++ % names.length];
+    const served = await probeJetStream(this.#nc, this.#apiPrefix, this.#timeoutMs, stream);
     this.#probing = false;
     if (this.#stopped) return;
     this.#failures = served ? 0 : this.#failures + 1;
