@@ -38,6 +38,7 @@ const { values } = parseArgs({
     rounds: { type: "string", default: "3" },
     publishers: { type: "string", default: "6" },
     variants: { type: "string", default: "without,with" },
+    kill: { type: "boolean", default: false },
   },
 });
 const FAULT_MS = Number(values["seconds-per-fault"]) * 1000;
@@ -63,6 +64,8 @@ interface Figures {
   failedCalls: Record<string, number>;
   slowestCallMs: number;
   longestOutageMs: number;
+  /** Per fault: seconds from its start to the first acknowledgement during it ("-" when none), and from its heal to the first after it. */
+  faultTimeline: string[];
 }
 
 async function measure(variant: "with" | "without"): Promise<Figures> {
@@ -94,6 +97,7 @@ async function measure(variant: "with" | "without"): Promise<Figures> {
           const out = await core.publish("atlas", "measurements", { id, kind: "event", schema: "reading-v1", payload: payloadOf(id), provenance: "" });
           slowest = Math.max(slowest, performance.now() - t0);
           acked.set(id, out.record.sequence);
+          ackTimes.push(Date.now());
           const ids = bySequence.get(out.record.sequence) ?? new Set<string>();
           ids.add(id);
           bySequence.set(out.record.sequence, ids);
@@ -112,23 +116,33 @@ async function measure(variant: "with" | "without"): Promise<Figures> {
     }
   });
   let faults = 0;
+  const ackTimes: number[] = [];
+  const timeline: { what: string; at: number; healedAt: number }[] = [];
+  const fault = async (what: string, apply: () => Promise<void>, undo: () => Promise<void>) => {
+    const at = Date.now();
+    await apply();
+    faults++;
+    await sleep(FAULT_MS);
+    const healedAt = Date.now();
+    await undo();
+    timeline.push({ what, at, healedAt });
+    await sleep(FAULT_MS);
+  };
   await sleep(5_000);
   for (let round = 0; round < ROUNDS; round++) {
     const leaderName = await cluster.streamLeader(stream);
     const leader = leaderName ? cluster.node(leaderName) : cluster.nodes[round % 3]!;
-    console.log(`[${variant}] round ${round}: leader ${leader.name} cut off from its peers`);
-    await cluster.cutFromPeers(leader);
-    faults++;
-    await sleep(FAULT_MS);
-    await cluster.heal(leader);
-    await sleep(FAULT_MS);
+    const on0 = await cluster.nodeOfConnection("laneway");
+    console.log(`[${variant}] round ${round}: leader ${leader.name} cut off from its peers (Laneway on ${on0?.name ?? "?"})`);
+    await fault(`leader ${leader.name} cut${on0 === leader ? " (Laneway's node)" : ""}`, () => cluster.cutFromPeers(leader), () => cluster.heal(leader));
     const on = (await cluster.nodeOfConnection("laneway")) ?? cluster.nodes[(round + 1) % 3]!;
     console.log(`[${variant}] round ${round}: ${on.name} (Laneway's node) isolated`);
-    await cluster.isolate(on);
-    faults++;
-    await sleep(FAULT_MS);
-    await cluster.heal(on);
-    await sleep(FAULT_MS);
+    await fault(`${on.name} isolated (Laneway's node)`, () => cluster.isolate(on), () => cluster.heal(on));
+    if (values.kill) {
+      const other = cluster.nodes.find((n) => n !== on && n.running)!;
+      console.log(`[${variant}] round ${round}: ${other.name} SIGKILLed`);
+      await fault(`${other.name} killed`, () => other.kill(), () => other.start());
+    }
   }
   stop = true;
   await Promise.all(workers);
@@ -184,6 +198,11 @@ async function measure(variant: "with" | "without"): Promise<Figures> {
     failedCalls: failures,
     slowestCallMs: Math.round(slowest),
     longestOutageMs: longestOutage,
+    faultTimeline: timeline.map(({ what, at, healedAt }) => {
+      const during = ackTimes.find((t) => t > at && t < healedAt);
+      const after = ackTimes.find((t) => t > healedAt);
+      return `${what}: ${during === undefined ? "-" : ((during - at) / 1000).toFixed(1)} / ${after === undefined ? "-" : ((after - healedAt) / 1000).toFixed(1)}`;
+    }),
   };
 }
 
@@ -198,5 +217,6 @@ for (const variant of values.variants!.split(",") as ("with" | "without")[]) {
   console.log(JSON.stringify(figures));
   results.push(figures);
 }
-console.table(results.map(({ failedCalls, ...rest }) => ({ ...rest, failedCalls: JSON.stringify(failedCalls) })));
+console.table(results.map(({ failedCalls, faultTimeline, ...rest }) => ({ ...rest, failedCalls: JSON.stringify(failedCalls) })));
+for (const r of results) console.log(`${r.variant}: seconds to the first acknowledgement during each fault / after its heal:\n  ${r.faultTimeline.join("\n  ")}`);
 process.exit(0);

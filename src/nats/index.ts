@@ -54,3 +54,14 @@ export { NATS_SERVER_BIN_ENV } from "./nats-server-binary.js";
 export { renderNatsConfig, type NatsConfig } from "./nats-config.js";
 export { adoptGlobalAccountStore } from "./jetstream-store.js";
 export { loadOrCreateServiceCredential, serviceAuthorization, type ServiceCredential } from "./service-credentials.js";
+export {
+  ALLOW_UNSAFE_BROKER_FLAG,
+  checkBrokerVersion,
+  enforceBrokerVersion,
+  isUnsafeForReplicas,
+  parseServerVersion,
+  SAFE_REPLICATED_VERSION,
+  UnsafeBrokerError,
+  unsafeBrokerMessage,
+} from "./version-gate.js";
+export { MAJORITY_FOLLOWER_DEFAULTS, type MajorityFollowerOptions, type ProbeStreams } from "./majority-follower.js";

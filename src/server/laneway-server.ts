@@ -11,6 +11,7 @@ import { noPausePoints, type PausePoints } from "../fault-injection/pause-points
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import {
   adoptGlobalAccountStore,
+  enforceBrokerVersion,
   BrokerConnection,
   loadOrCreateServiceCredential,
   logBrokerState,
@@ -18,7 +19,6 @@ import {
   SupervisedNatsServer,
   type SupervisedNatsServerOptions,
 } from "../nats/index.js";
-import { enforceBrokerVersion } from "../nats/version-gate.js";
 import { hiveBrokerSetup } from "../swarm/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
