@@ -16,7 +16,15 @@ import { LaneError } from "./errors.js";
  * `lane_timeout` or `lane_canceled`, and the work still running is told to
  * stop through the signal it was given. What it may still complete at the
  * broker is what a retry with the same id (or the lease's expiry) resolves.
+ * When the timer fires late because the process itself did not run
+ * (SIGSTOP, a starved event loop), the work gets one grace of a second
+ * once the process runs again, so that it answers with what it found.
  */
+
+/** How late a deadline timer may fire before the process counts as having been stopped. */
+const LATE_MS = 500;
+/** The grace a call's work gets after the process was stopped past its deadline. */
+const GRACE_MS = 1_000;
 
 /** What a bounded call is doing, for the message (fixed text, never input). */
 export type BoundedAction = string;
@@ -59,7 +67,20 @@ export function withinDeadline<T>(
       reject(error);
     };
     const onCaller = () => stop(isTimeoutReason(callerSignal!.reason) ? "caller_timeout" : "canceled");
-    const timer = setTimeout(() => stop("timeout"), Math.max(0, timeoutMs));
+    const due = performance.now() + Math.max(0, timeoutMs);
+    let graced = false;
+    const onTimer = () => {
+      // A timer that fires late means this process did not run (stopped,
+      // or its event loop starved), not that the broker was slow: the work,
+      // runnable again, gets one short grace to settle with its own answer.
+      if (!graced && performance.now() - due > LATE_MS) {
+        graced = true;
+        timer = setTimeout(onTimer, GRACE_MS);
+        return;
+      }
+      stop("timeout");
+    };
+    let timer = setTimeout(onTimer, Math.max(0, timeoutMs));
     callerSignal?.addEventListener("abort", onCaller, { once: true });
     let running: Promise<T>;
     try {
