@@ -199,7 +199,8 @@ async function measure(variant: "with" | "without"): Promise<Figures> {
     slowestCallMs: Math.round(slowest),
     longestOutageMs: longestOutage,
     faultTimeline: timeline.map(({ what, at, healedAt }) => {
-      const during = ackTimes.find((t) => t > at && t < healedAt);
+      // Past the first second: an answer in flight at the fault's start does not count as a recovery.
+      const during = ackTimes.find((t) => t > at + 1_000 && t < healedAt);
       const after = ackTimes.find((t) => t > healedAt);
       return `${what}: ${during === undefined ? "-" : ((during - at) / 1000).toFixed(1)} / ${after === undefined ? "-" : ((after - healedAt) / 1000).toFixed(1)}`;
     }),
