@@ -136,7 +136,7 @@ describe.skipIf(unavailable !== undefined)("lanes on a partitioned 3-node cluste
       await cluster.cutFromPeers(cut);
       const cutAt = Date.now();
       // Publishes succeed again during the partition: Laneway left the cut node.
-      await waitFor(() => state.acknowledgedAt.filter((t) => t > cutAt + 1_000).length >= 20, { timeoutMs: 45_000, intervalMs: 100, what: "publishes acknowledged during the partition" });
+      await waitFor(() => state.acknowledgedAt.filter((t) => t > cutAt + 1_000).length >= 20, { timeoutMs: 60_000, intervalMs: 100, what: "publishes acknowledged during the partition" });
       const now = await lanewayNode();
       expect(now.name).not.toBe(cut.name);
       console.log(`[partition] publishing resumed ${(Math.min(...state.acknowledgedAt.filter((t) => t > cutAt + 1_000)) - cutAt) / 1000} s after the cut (of ${cut.name}; Laneway now on ${now.name})`);
@@ -146,7 +146,7 @@ describe.skipIf(unavailable !== undefined)("lanes on a partitioned 3-node cluste
       await cluster.healAll();
     }
     expectBoundedAndNeverInternal(calls);
-  }, 120_000);
+  }, 150_000);
 
   it("answers every publish, claim, ack and replay within operation_timeout plus a margin while its node is isolated", async () => {
     await cluster.waitReady();
@@ -171,10 +171,10 @@ describe.skipIf(unavailable !== undefined)("lanes on a partitioned 3-node cluste
       await cluster.isolate(isolated);
       const isolatedAt = Date.now();
       // Calls go on through the isolation and Laneway's move, then the heal.
-      await waitFor(() => state.acknowledgedAt.filter((t) => t > isolatedAt + 1_000).length >= 10, { timeoutMs: 45_000, intervalMs: 100, what: "publishes acknowledged while the node is isolated" });
+      await waitFor(() => state.acknowledgedAt.filter((t) => t > isolatedAt + 1_000).length >= 10, { timeoutMs: 60_000, intervalMs: 100, what: "publishes acknowledged while the node is isolated" });
       await cluster.heal(isolated);
       const healedAt = Date.now();
-      await waitFor(() => state.acknowledgedAt.filter((t) => t > healedAt + 1_000).length >= 10, { timeoutMs: 45_000, intervalMs: 100, what: "publishes acknowledged after the heal" });
+      await waitFor(() => state.acknowledgedAt.filter((t) => t > healedAt + 1_000).length >= 10, { timeoutMs: 60_000, intervalMs: 100, what: "publishes acknowledged after the heal" });
     } finally {
       state.stop = true;
       await Promise.all([running, readers]);
@@ -182,7 +182,7 @@ describe.skipIf(unavailable !== undefined)("lanes on a partitioned 3-node cluste
     }
     expect(calls.some((c) => c.rpc === "claim")).toBe(true);
     expectBoundedAndNeverInternal(calls);
-  }, 150_000);
+  }, 200_000);
 
   it("answers no call internal when the stream leader is cut off and healed", async () => {
     await cluster.waitReady();
@@ -200,10 +200,10 @@ describe.skipIf(unavailable !== undefined)("lanes on a partitioned 3-node cluste
         console.log(`[partition] round ${round}: cutting the lane stream's leader ${leader.name}; Laneway on ${(await lanewayNode()).name}`);
         await cluster.cutFromPeers(leader);
         const cutAt = Date.now();
-        await waitFor(() => state.acknowledgedAt.filter((t) => t > cutAt + 1_000).length >= 10, { timeoutMs: 45_000, intervalMs: 100, what: "publishes during the leader's partition" });
+        await waitFor(() => state.acknowledgedAt.filter((t) => t > cutAt + 1_000).length >= 10, { timeoutMs: 60_000, intervalMs: 100, what: "publishes during the leader's partition" });
         await cluster.heal(leader);
         const healedAt = Date.now();
-        await waitFor(() => state.acknowledgedAt.filter((t) => t > healedAt + 1_000).length >= 10, { timeoutMs: 45_000, intervalMs: 100, what: "publishes after the heal" });
+        await waitFor(() => state.acknowledgedAt.filter((t) => t > healedAt + 1_000).length >= 10, { timeoutMs: 60_000, intervalMs: 100, what: "publishes after the heal" });
       }
     } catch (error) {
       console.log(laneway.stdout.filter((l) => /NATS|nats/.test(l)).slice(-30).join("\n"));
@@ -215,6 +215,6 @@ describe.skipIf(unavailable !== undefined)("lanes on a partitioned 3-node cluste
       await cluster.healAll();
     }
     expectBoundedAndNeverInternal(calls);
-  }, 240_000);
+  }, 300_000);
 });
 
