@@ -34,6 +34,9 @@ import {
  * control of LaneStore.readFrom, each connection with its own byte budget.
  */
 
+/** Records of a PublishBatch that share one operation_timeout of the call's bound. */
+const BATCH_SHARE = 32;
+
 /** Concurrent Follow streams one project may hold. */
 export const MAX_FOLLOWERS_PER_PROJECT = 32;
 
@@ -115,7 +118,9 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
       registry,
       namespace,
       publish: (project, lane, publication, signal) => bounded("publishing", signal, (s) => publisher.publish(project, lane, publication, s)),
-      publishBatch: (project, lane, publications, signal) => bounded("publishing a batch", signal, (s) => publisher.publishBatch(project, lane, publications, s)),
+      // A batch is up to 128 publications sharing the connection's throughput: operation_timeout for every 32 of them.
+      publishBatch: (project, lane, publications, signal) =>
+        bounded("publishing a batch", signal, (s) => publisher.publishBatch(project, lane, publications, s), (Math.max(1, Math.ceil(publications.length / BATCH_SHARE)) - 1) * config.bounds.operationTimeoutMs),
       replay: (project, lane, cursor, maxEvents, signal) => bounded("reading a page", signal, (s) => replayer.replay(project, lane, cursor, maxEvents, s)),
       async *follow(project, lane, cursor, signal) {
         registry.require(project, lane, "subscribe");
