@@ -65,3 +65,4 @@ export {
   unsafeBrokerMessage,
 } from "./version-gate.js";
 export { MAJORITY_FOLLOWER_DEFAULTS, type MajorityFollowerOptions, type ProbeStreams } from "./majority-follower.js";
+export { bootBroker, type BootedBroker, type BrokerBootOptions, type BrokerPreparation } from "./broker-boot.js";
