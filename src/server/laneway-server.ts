@@ -148,7 +148,7 @@ export class LanewayServer {
       });
       if (embedded) started.push({ close: () => embedded.stop() });
       started.push({ close: () => broker.close() });
-      // Replicated lanes only on a broker without the known defects, or with the operator's explicit override.
+      // Replicated streams only on a broker without the known defects, or with the operator's explicit override.
       if (embedded === undefined) await enforceBrokerVersion(broker, { replicas: server.replicas, allowUnsafe: server.allowUnsafeBroker, log });
 
       const health = new HealthStatus();
