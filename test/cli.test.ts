@@ -217,7 +217,7 @@ describe("help", () => {
   test("laneway serve --help names every flag with its variable, and exits 0", async () => {
     const { code, out } = await help(["serve", "--help"]);
     expect(code).toBe(0);
-    for (const flag of ["--listen", "--data-dir", "--nats-url", "--replicas", "--lanes-config", "--demo", "--max-request-bytes", "--max-connections", "--headers-timeout", "--request-timeout", "--idle-timeout"]) {
+    for (const flag of ["--listen", "--data-dir", "--nats-url", "--replicas", "--allow-unsafe-broker", "--lanes-config", "--demo", "--max-request-bytes", "--max-connections", "--headers-timeout", "--request-timeout", "--idle-timeout"]) {
       expect(out).toContain(flag);
     }
     expect(out).toContain("LANEWAY_MAX_REQUEST_BYTES");

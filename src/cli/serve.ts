@@ -2,7 +2,7 @@ import { ADMIN_TOKEN_ENV, ConfigError, serveHelp } from "../config/index.js";
 import { CoreStartupError } from "../errors/core-error.js";
 import { PAUSE_AT_ENV, pausePointsFromSetting } from "../fault-injection/pause-points.js";
 import { createLogger, safeErrorFields } from "../log/logger.js";
-import { EmbeddedServerError } from "../nats/index.js";
+import { EmbeddedServerError, UnsafeBrokerError } from "../nats/index.js";
 import { corePausePoints, LanewayServer } from "../server/laneway-server.js";
 import { coreBindings, coreSettings } from "../server/cores/index.js";
 import { loadStartupConfig } from "../startup/index.js";
@@ -45,6 +45,11 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     if (error instanceof EmbeddedServerError) {
       io.stderr(`laneway: ${error.message}\n`);
       return 1;
+    }
+    if (error instanceof UnsafeBrokerError) {
+      // A configuration the operator must decide on: one line, exit 2.
+      io.stderr(`laneway: ${error.message}\n`);
+      return 2;
     }
     if (error instanceof CoreStartupError) {
       // A conflict needs a person (exit 2); an unreachable broker may pass (exit 1).

@@ -102,6 +102,8 @@ export interface ServerConfig {
   readonly natsServerBin: string;
   /** Replica count of streams and KV buckets. */
   readonly replicas: number;
+  /** `--allow-unsafe-broker`: run `--replicas` above 1 on a nats-server with known defects (src/nats/version-gate.ts), with a warning. */
+  readonly allowUnsafeBroker: boolean;
   /** Demo mode: create/reuse the demo files (a core's example configuration, tokens.env) under the data directory. */
   readonly demo: boolean;
   /** Grace period for in-flight requests on shutdown, in whole milliseconds. */
@@ -137,6 +139,12 @@ const SETTINGS = {
   "nats-url": { env: "LANEWAY_NATS_URL", type: "string", value: "URL", help: "an existing NATS server or cluster (comma-separated); default: start an embedded nats-server" },
   "nats-credentials-env": { env: "LANEWAY_NATS_CREDENTIALS_ENV", type: "string", value: "NAME", help: "variable holding the path of a NATS .creds file (with --nats-url)" },
   replicas: { env: "LANEWAY_REPLICAS", type: "string", value: "N", help: "replicas of every stream and KV bucket, 1 to 5 (above 1 needs --nats-url)" },
+  "allow-unsafe-broker": {
+    env: "LANEWAY_ALLOW_UNSAFE_BROKER",
+    type: "boolean",
+    value: "",
+    help: "start --replicas above 1 on a nats-server older than 2.9.21 (known to lease twice and lose records), with a warning",
+  },
   demo: { env: "LANEWAY_DEMO", type: "boolean", value: "", help: "serve the demo: example configuration and generated tokens in <data dir>/tokens.env" },
   "shutdown-timeout": { env: "LANEWAY_SHUTDOWN_TIMEOUT", type: "string", value: "D", help: `how long in-flight calls may finish on SIGTERM (default ${SERVER_DEFAULTS.shutdownTimeout})` },
   "nats-server-bin": { env: "LANEWAY_NATS_SERVER_BIN", type: "string", value: "PATH", help: `nats-server for the embedded broker (default ${SERVER_DEFAULTS.natsServerBin})` },
@@ -242,7 +250,8 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     );
   }
 
-  const demo = flags.demo === true || parseDemoEnv(env);
+  const demo = flags.demo === true || parseBooleanEnv(env, SETTINGS.demo.env);
+  const allowUnsafeBroker = flags["allow-unsafe-broker"] === true || parseBooleanEnv(env, SETTINGS["allow-unsafe-broker"].env);
   const shutdownTimeoutMs = parseShutdownTimeout(pick("shutdown-timeout"));
   const natsServerBin = resolveServerBin(
     pick("nats-server-bin") ?? { value: SERVER_DEFAULTS.natsServerBin, source: "--nats-server-bin" },
@@ -280,6 +289,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     natsCredentialsFile,
     natsServerBin,
     replicas,
+    allowUnsafeBroker,
     demo,
     shutdownTimeoutMs,
     adminToken,
@@ -417,8 +427,7 @@ function parseReplicas(raw: Raw | undefined): number {
   return n;
 }
 
-function parseDemoEnv(env: Env): boolean {
-  const variable = SETTINGS.demo.env;
+function parseBooleanEnv(env: Env, variable: string): boolean {
   const value = envValue(env, variable);
   if (value === undefined) return false;
   switch (value.toLowerCase()) {

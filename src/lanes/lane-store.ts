@@ -182,6 +182,11 @@ export class LaneStore {
       return await raceSignal(operation(), signal);
     } catch (error) {
       const translated = laneErrorOf(error, action, signal);
+      // The broker did not answer or refused while the connection is up: its
+      // node may have lost its peers; the connection checks and moves if so.
+      if (!signal?.aborted && translated instanceof LaneError && (translated.reason === "lane_timeout" || translated.reason === "lane_unavailable") && this.broker.state === "connected") {
+        this.broker.suspectJetStream();
+      }
       // nats.js fails requests pending when a connection closes with a bare
       // `RequestError("connection closed")` that carries no typed cause; an
       // operation whose connection was lost while it ran is unavailable,
@@ -782,7 +787,14 @@ export function laneErrorOf(error: unknown, action: string, signal?: AbortSignal
       if (capacityCodes.has((failure as JetStreamRejectedError).code)) {
         return new LaneError("lane_unavailable", `the message broker refused the write for lack of capacity (${action}); nothing was accepted`, { cause: failure });
       }
-      return failure;
+      // Any other refusal a caller does not handle itself (no leader yet, a
+      // stream or consumer an election has not placed, a peer that is not
+      // current at a heal): the broker cannot serve the call now. Whether a
+      // write it refused may still land is not known, so the cause is not
+      // the refusal itself (which would mark a definite "no").
+      return new LaneError("lane_unavailable", `the message broker cannot serve the call now (${action}); retry with the same id`, {
+        cause: new BrokerUnavailableError("cluster_unavailable", { cause: failure, apiCode: (failure as JetStreamRejectedError).code }),
+      });
     default:
       // Permissions, invalid requests and the unknown: a fault of this
       // deployment, reported as internal (and logged by class and code).

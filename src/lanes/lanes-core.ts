@@ -2,6 +2,7 @@ import { CoreStartupError } from "../errors/core-error.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
+import { withinDeadline } from "./deadline.js";
 import type { GroupObservation } from "../observe/core-events.js";
 import { LaneError } from "./errors.js";
 import { LaneStore } from "./lane-store.js";
@@ -33,6 +34,9 @@ import {
  * bulk reading cannot share a fate with writing. Both read with the flow
  * control of LaneStore.readFrom, each connection with its own byte budget.
  */
+
+/** Records of a PublishBatch that share one operation_timeout of the call's bound. */
+const BATCH_SHARE = 32;
 
 /** Concurrent Follow streams one project may hold. */
 export const MAX_FOLLOWERS_PER_PROJECT = 32;
@@ -106,6 +110,8 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
   try {
     const namespace = await openNamespace(broker, config, options.replicas, log);
     readers = await openReaders(broker, log);
+    // A replicated namespace: the connections' majority probe asks the lane streams' leaders.
+    if (options.replicas > 1) broker.probeStreams([...namespace.streams.values()]);
     const registry = new LaneRegistry(config);
     const reads = { maxRecordBytes: maxEnvelopeBytes(config.bounds.maxPayload) };
     const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas, reads);
@@ -118,13 +124,18 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     groups.warnUnrecoverable(log);
     const followers = new Map<string, number>();
     const heartbeatMs = options.heartbeatMs ?? FOLLOW_HEARTBEAT_MS;
+    // Every call answers within operation_timeout (and the caller's deadline), whatever the broker does.
+    const bounded = <T>(action: string, signal: AbortSignal | undefined, run: (signal: AbortSignal) => Promise<T>, extraMs = 0): Promise<T> =>
+      withinDeadline(config.bounds.operationTimeoutMs + extraMs, action, signal, run);
 
     return {
       registry,
       namespace,
-      publish: (project, lane, publication, signal) => publisher.publish(project, lane, publication, signal),
-      publishBatch: (project, lane, publications, signal) => publisher.publishBatch(project, lane, publications, signal),
-      replay: (project, lane, cursor, maxEvents, signal) => replayer.replay(project, lane, cursor, maxEvents, signal),
+      publish: (project, lane, publication, signal) => bounded("publishing", signal, (s) => publisher.publish(project, lane, publication, s)),
+      // A batch is up to 128 publications sharing the connection's throughput: operation_timeout for every 32 of them.
+      publishBatch: (project, lane, publications, signal) =>
+        bounded("publishing a batch", signal, (s) => publisher.publishBatch(project, lane, publications, s), (Math.max(1, Math.ceil(publications.length / BATCH_SHARE)) - 1) * config.bounds.operationTimeoutMs),
+      replay: (project, lane, cursor, maxEvents, signal) => bounded("reading a page", signal, (s) => replayer.replay(project, lane, cursor, maxEvents, s)),
       async *follow(project, lane, cursor, signal) {
         registry.require(project, lane, "subscribe");
         const held = followers.get(project) ?? 0;
@@ -164,7 +175,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
               ahead = undefined;
             } else {
               version = hold.version();
-              page = await replayer.page(lane, position, MAX_EVENTS, signal);
+              page = await bounded("reading a page", signal, (s) => replayer.page(lane, position, MAX_EVENTS, s));
             }
             if (page.examined > 0 || !started) {
               // The first page goes out at once, even empty: the follower
@@ -175,7 +186,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
                 // Read ahead one page (at most: what waits for the client
                 // stays within two pages); its failure is the next page's.
                 const aheadVersion = hold.version();
-                const next = replayer.page(lane, position, MAX_EVENTS, signal);
+                const next = bounded("reading a page", signal, (s) => replayer.page(lane, position, MAX_EVENTS, s));
                 next.catch(() => undefined);
                 ahead = { version: aheadVersion, page: next };
               }
@@ -190,12 +201,13 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           leave();
         }
       },
-      claim: (params, signal) => groups.claim(params, signal),
-      renew: (params, signal) => groups.renew(params, signal),
-      ack: (params, signal) => groups.ack(params, signal),
-      nack: (params, signal) => groups.nack(params, signal),
-      inspect: (params, signal) => groups.inspect(params, signal),
-      recover: (params, signal) => groups.recover(params, signal),
+      // A claim may wait for work as long as it asked before its broker work begins.
+      claim: (params, signal) => bounded("claiming work", signal, (s) => groups.claim(params, s), Math.max(0, params.waitMs)),
+      renew: (params, signal) => bounded("renewing leases", signal, (s) => groups.renew(params, s)),
+      ack: (params, signal) => bounded("acknowledging work", signal, (s) => groups.ack(params, s)),
+      nack: (params, signal) => bounded("returning work", signal, (s) => groups.nack(params, s)),
+      inspect: (params, signal) => bounded("inspecting a group", signal, (s) => groups.inspect(params, s)),
+      recover: (params, signal) => bounded("recovering work", signal, (s) => groups.recover(params, s)),
       observeGroups: () => groups.observe(),
       async lastSequences() {
         const last = new Map<string, number>();

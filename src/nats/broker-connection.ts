@@ -26,6 +26,7 @@ import { connect, credsAuthenticator, nkeyAuthenticator, PermissionViolationErro
 import type { Authenticator, NatsConnection, Status } from "@nats-io/transport-node";
 
 import { BrokerUnavailableError, classifyNatsError, classifyServerError, type DisconnectReason, type NatsFailure } from "./broker-errors.js";
+import { MajorityFollower, type MajorityFollowerOptions, type ProbeStreams } from "./majority-follower.js";
 
 /** Lifecycle of a {@link BrokerConnection}. */
 export type BrokerState = "connecting" | "connected" | "disconnected" | "closed";
@@ -114,6 +115,15 @@ export interface BrokerConnectionOptions {
    * `slow_consumer`). `clientId` is the connection's `cid` on the server.
    */
   explainDisconnect?: (clientId: number | undefined) => Promise<DisconnectReason | undefined>;
+  /**
+   * Leave a node that stops serving JetStream while the connection to it
+   * is up (a node cut off from its peers), for another server of the list
+   * (src/nats/majority-follower.ts). Default: on when `servers` lists more
+   * than one server and `verifyJetStream` is on; `false` turns it off.
+   */
+  followMajority?: MajorityFollowerOptions | false;
+  /** The replicated streams the majority probe asks about; shared with siblings (see {@link BrokerConnection.probeStreams}). */
+  probeStreams?: ProbeStreams;
 }
 
 type Listener = (change: BrokerStateChange) => void;
@@ -140,9 +150,25 @@ export class BrokerConnection {
   #timer: NodeJS.Timeout | undefined;
   #attempt: Promise<void> | undefined;
   #lastFailure: NatsFailure | undefined;
+  /** Probes the live connection while it is up (a cluster only). */
+  #follower: MajorityFollower | undefined;
+  /** The server (host:port) the next attempts try last: the one just left for not serving JetStream. */
+  #avoid: string | undefined;
+  /** The live connection being left on purpose, so its close is reported as such. */
+  #leaving: NatsConnection | undefined;
 
   private constructor(options: BrokerConnectionOptions) {
-    this.#options = options;
+    this.#options = { ...options, probeStreams: options.probeStreams ?? { current: [] } };
+  }
+
+  /**
+   * Names replicated streams whose leaders the majority probe asks about
+   * (the lanes core names its lane streams): a node cut off from its peers
+   * that still holds a leader role answers other JetStream requests itself.
+   * Shared with every sibling.
+   */
+  probeStreams(names: readonly string[]): void {
+    this.#options.probeStreams!.current = [...names];
   }
 
   /**
@@ -183,6 +209,20 @@ export class BrokerConnection {
   /** Number of connections opened so far; a new value means handles from before are dead. */
   get generation(): number {
     return this.#generation;
+  }
+
+  /** The nats-server version of the live connection's server (its INFO), if connected. */
+  get serverVersion(): string | undefined {
+    return this.#state === "connected" ? this.#live?.nc.info?.version : undefined;
+  }
+
+  /**
+   * A JetStream request on the live connection timed out or was refused
+   * while connected: when the connection follows the majority, it checks
+   * at once whether its node still serves JetStream (and moves if not).
+   */
+  suspectJetStream(): void {
+    this.#follower?.suspect();
   }
 
   /** The inbox prefix replies use (nats.js's default `_INBOX` unless the options name one). */
@@ -251,6 +291,7 @@ export class BrokerConnection {
       return { drained: true };
     }
     this.#setState("closed", undefined);
+    this.#follower?.stop();
     clearTimeout(this.#timer);
     this.#timer = undefined;
     // An attempt in flight notices the closed state and closes what it opened.
@@ -274,8 +315,14 @@ export class BrokerConnection {
     this.#setState("connecting", undefined);
     const o = this.#options;
     const authenticator = o.credentialsFile === undefined ? o.authenticator : authenticatorOf(await readCredentials(o.credentialsFile));
+    const following = this.#following();
+    const servers = typeof o.servers === "string" ? [o.servers] : [...o.servers];
     const nc = await connect({
-      servers: typeof o.servers === "string" ? o.servers : [...o.servers],
+      // Following the majority: the list in an order that tries the node
+      // just left last, and only the operator's list (not the addresses
+      // the cluster gossips, which may not be reachable from here).
+      servers: following ? orderAvoiding(servers, this.#avoid) : servers,
+      ...(following ? { noRandomize: this.#avoid !== undefined, ignoreClusterUpdates: true } : {}),
       reconnect: false,
       timeout: o.connectTimeoutMs ?? 5_000,
       pingInterval: o.pingIntervalMs ?? 10_000,
@@ -290,7 +337,17 @@ export class BrokerConnection {
     });
     try {
       const jsm = await jetstreamManager(nc, { ...o.jetstream, checkAPI: false });
-      if (o.verifyJetStream ?? true) await jsm.getAccountInfo();
+      if (o.verifyJetStream ?? true) {
+        // Following the majority, a node that cannot reach a meta leader is
+        // refused quickly, and the next attempt starts with another.
+        const verifier = following ? await jetstreamManager(nc, { ...o.jetstream, checkAPI: false, timeout: VERIFY_TIMEOUT_MS }) : jsm;
+        try {
+          await verifier.getAccountInfo();
+        } catch (err) {
+          if (following) this.#avoid = nc.getServer();
+          throw err;
+        }
+      }
       if (this.#state === "closed") throw new BrokerUnavailableError("not_connected");
       const js = jetstream(nc, o.jetstream);
       this.#generation += 1;
@@ -325,10 +382,32 @@ export class BrokerConnection {
     this.#attempt = tracked;
   }
 
+  /** Whether this connection leaves nodes that stop serving JetStream. */
+  #following(): boolean {
+    const o = this.#options;
+    return o.followMajority !== false && (o.verifyJetStream ?? true) && this.servers.length > 1;
+  }
+
+  /** Leaves the live connection's node: it closes, and the reconnect tries the others first. */
+  #leave(live: Live): void {
+    if (this.#live !== live || this.#state !== "connected") return;
+    this.#avoid = live.nc.getServer();
+    this.#leaving = live.nc;
+    void live.nc.close().catch(() => undefined);
+  }
+
   /** Reacts when the live connection closes by itself, saying why when it can be told. */
   #watch(): void {
     const live = this.#live;
     if (live === undefined) return;
+    this.#follower?.stop();
+    this.#follower = undefined;
+    if (this.#following()) {
+      const o = this.#options;
+      const prefix = o.jetstream?.apiPrefix ?? (o.jetstream?.domain ? `$JS.${o.jetstream.domain}.API` : "$JS.API");
+      const follow = typeof o.followMajority === "object" ? o.followMajority : {};
+      this.#follower = new MajorityFollower(live.nc, prefix, follow, () => this.#leave(live), o.probeStreams);
+    }
     // What the server said (a fatal -ERR), missed pings, lame duck mode:
     // the first wins. An -ERR the server does not always close for (an
     // unknown text, too many subscriptions) only counts when nothing better
@@ -352,7 +431,8 @@ export class BrokerConnection {
         err === undefined ? new BrokerUnavailableError("connection_closed") : classifyNatsError(err);
       // Status events queued before the close are read first.
       await new Promise((resolve) => setImmediate(resolve));
-      let disconnect = told;
+      let disconnect = this.#leaving === live.nc ? ("jetstream_unresponsive" as const) : told;
+      if (this.#leaving === live.nc) this.#leaving = undefined;
       if (disconnect === undefined) {
         const explained = await this.#options.explainDisconnect?.(clientId).catch(() => undefined);
         disconnect = explained ?? hinted ?? (isSocketFailure(err) ? "socket_error" : "closed_by_server");
@@ -386,6 +466,24 @@ export class BrokerConnection {
       }
     }
   }
+}
+
+/** How long the connect check waits for JetStream when following the majority. */
+const VERIFY_TIMEOUT_MS = 2_000;
+
+/** `servers` starting after `avoid` (a `host:port` nats.js reported), which comes last; unchanged without it. */
+export function orderAvoiding(servers: readonly string[], avoid: string | undefined): string[] {
+  if (avoid === undefined) return [...servers];
+  const index = servers.findIndex((server) => hostPort(server) === avoid);
+  if (index < 0) return [...servers];
+  return [...servers.slice(index + 1), ...servers.slice(0, index + 1)];
+}
+
+/** `host:port` of a server URL as nats.js names it (`nats://h:4222` → `h:4222`; the default port when none). */
+function hostPort(server: string): string {
+  const bare = server.replace(/^[a-z]+:\/\//i, "").replace(/\/.*$/, "").replace(/^[^@]*@/, "");
+  const lower = bare.toLowerCase();
+  return /:\d+$/.test(lower) ? lower : `${lower}:4222`;
 }
 
 /**

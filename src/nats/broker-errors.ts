@@ -398,7 +398,9 @@ export type DisconnectReason =
   | "server_error"
   | "lame_duck_mode"
   | "closed_by_server"
-  | "socket_error";
+  | "socket_error"
+  /** Laneway left a node whose JetStream stopped answering while the connection was up (cut off from its peers). */
+  | "jetstream_unresponsive";
 
 /** Reasons that mean the broker cut Laneway off or is gone, not an ordinary server restart. */
 const severeDisconnects: ReadonlySet<DisconnectReason> = new Set<DisconnectReason>([

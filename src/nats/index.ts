@@ -56,4 +56,15 @@ export { renderNatsConfig, type NatsConfig } from "./nats-config.js";
 export { adoptGlobalAccountStore } from "./jetstream-store.js";
 export { loadOrCreateServiceCredential, serviceAuthorization, type ServiceCredential } from "./service-credentials.js";
 export { NativeKeyPair } from "./native-keys.js";
+export {
+  ALLOW_UNSAFE_BROKER_FLAG,
+  checkBrokerVersion,
+  enforceBrokerVersion,
+  isUnsafeForReplicas,
+  parseServerVersion,
+  SAFE_REPLICATED_VERSION,
+  UnsafeBrokerError,
+  unsafeBrokerMessage,
+} from "./version-gate.js";
+export { MAJORITY_FOLLOWER_DEFAULTS, type MajorityFollowerOptions, type ProbeStreams } from "./majority-follower.js";
 export { bootBroker, type BootedBroker, type BrokerBootOptions, type BrokerPreparation } from "./broker-boot.js";

@@ -9,7 +9,7 @@ import { file_laneway_errors_v1_errors } from "../../gen/laneway/errors/v1/error
 import { CoreError, CoreStartupError } from "../errors/core-error.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import { bootBroker, logBrokerState, type BrokerConnection, type SupervisedNatsServer } from "../nats/index.js";
+import { bootBroker, enforceBrokerVersion, logBrokerState, type BrokerConnection, type SupervisedNatsServer } from "../nats/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
 import { Authenticator, type ServiceAccess } from "./auth.js";
@@ -155,6 +155,8 @@ export class LanewayServer {
       });
       if (embedded) started.push({ close: () => embedded.stop() });
       started.push({ close: () => broker.close() });
+      // Replicated streams only on a broker without the known defects, or with the operator's explicit override.
+      if (embedded === undefined) await enforceBrokerVersion(broker, { replicas: server.replicas, allowUnsafe: server.allowUnsafeBroker, log });
 
       const health = new HealthStatus();
       const reporter = new HealthRollup(health);

@@ -54,6 +54,7 @@ describe("defaults", () => {
       natsCredentialsFile: undefined,
       natsServerBin: "/usr/sbin/nats-server",
       replicas: 1,
+      allowUnsafeBroker: false,
       demo: false,
       shutdownTimeoutMs: 10_000,
       adminToken: undefined,
@@ -63,6 +64,15 @@ describe("defaults", () => {
     });
     expect(Object.isFrozen(config)).toBe(true);
     expect(Object.isFrozen(config.listen)).toBe(true);
+  });
+});
+
+describe("--allow-unsafe-broker", () => {
+  test("the flag or LANEWAY_ALLOW_UNSAFE_BROKER=1 turns it on; a value other than 1 or 0 is refused", () => {
+    expect(load(["--allow-unsafe-broker"], {}).allowUnsafeBroker).toBe(true);
+    expect(load([], { LANEWAY_ALLOW_UNSAFE_BROKER: "1" }).allowUnsafeBroker).toBe(true);
+    expect(load([], { LANEWAY_ALLOW_UNSAFE_BROKER: "0" }).allowUnsafeBroker).toBe(false);
+    expect(() => load([], { LANEWAY_ALLOW_UNSAFE_BROKER: "yes" })).toThrow("LANEWAY_ALLOW_UNSAFE_BROKER must be 1 or 0");
   });
 });
 

@@ -63,7 +63,7 @@ beforeAll(async () => {
   cluster = await startNatsCluster();
   laneway = await startLanewayInProcess({
     natsUrl: cluster.urls.join(","),
-    args: ["--replicas", "3"],
+    args: ["--replicas", "3", "--allow-unsafe-broker"],
     lanesConfig: exampleLanesConfig(),
   });
   atlas = laneway.clients.client(LaneService, { token: laneway.tokens.atlas });

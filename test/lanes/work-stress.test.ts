@@ -152,7 +152,7 @@ test(`three Laneway processes on ${CLUSTER ? "a 3-node JetStream cluster (one no
     return;
   }
   const cluster = await startNatsCluster();
-  const fleet = new Fleet({ natsUrl: cluster.urls.join(","), args: ["--replicas", "3"], lanesConfig: config("stress-cluster"), tokens });
+  const fleet = new Fleet({ natsUrl: cluster.urls.join(","), args: ["--replicas", "3", "--allow-unsafe-broker"], lanesConfig: config("stress-cluster"), tokens });
   cleanups.push(() => fleet.remove());
   await fleet.start(3);
   const victim = cluster.nodes[1]!;
