@@ -1,13 +1,13 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type GroupState, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { worstCaseLedgerBytes } from "../../src/lanes/ledger-capacity.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, completionOf, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, storedLedgerMessage, waitReleased } from "../helpers/work.js";
+import { DeliveryState, LaneService, type GroupState, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { worstCaseLedgerBytes } from "../../../src/lanes/ledger-capacity.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, completionOf, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, storedLedgerMessage, waitReleased } from "../../helpers/work.js";
 
 /**
  * A group ledger at its byte and delivery bounds, in its maximum shape:

@@ -3,13 +3,13 @@ import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { runCli } from "../../src/cli/main.js";
-import { collectLines, repoRoot, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { jsonPayload, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { completionOf, deliveriesView, inspectGroup, publishWork, stateOf } from "../helpers/work.js";
+import { DeliveryState, LaneService, RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { runCli } from "../../../src/cli/main.js";
+import { collectLines, repoRoot, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { jsonPayload, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { completionOf, deliveriesView, inspectGroup, publishWork, stateOf } from "../../helpers/work.js";
 
 /**
  * `laneway lanes claim | claim-batch | renew | ack | nack | inspect |

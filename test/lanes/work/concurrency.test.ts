@@ -1,11 +1,11 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { SeededRandom } from "../helpers/seeded-random.js";
-import { completedCount, completionOf, inspectGroup, leaseEnd, publishWork, receiptOf } from "../helpers/work.js";
+import { LaneService, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { SeededRandom } from "../../helpers/seeded-random.js";
+import { completedCount, completionOf, inspectGroup, leaseEnd, publishWork, receiptOf } from "../../helpers/work.js";
 
 /**
  * Concurrent claims and acks on one group from two Laneway servers on one

@@ -1,11 +1,11 @@
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, receiptOf } from "../helpers/work.js";
+import { LaneService, RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, receiptOf } from "../../helpers/work.js";
 
 /**
  * Groups at the edges of their state:

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { claimOne, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased } from "../helpers/work.js";
+import { DeliveryState, LaneService, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayProcess, type ChildLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { claimOne, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased } from "../../helpers/work.js";
 
 /**
  * Durable retry/fresh fairness across independent Laneway processes: two

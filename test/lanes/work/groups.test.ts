@@ -1,11 +1,11 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { DeliveryState, LaneService, RecordKind, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, jsonPayload, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
+import { DeliveryState, LaneService, RecordKind, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, jsonPayload, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
 import {
   claimAll,
   claimOne,
@@ -21,7 +21,7 @@ import {
   stateOf,
   waitReleased,
   workOn,
-} from "../helpers/work.js";
+} from "../../helpers/work.js";
 
 /**
  * Work groups through the generated client, Laneway in this process on a

@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { Participant, type ClaimedWork } from "../../src/participant/index.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { jsonPayload, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { callHolder, completionOf, deliveriesView, inspectGroup, stateOf } from "../helpers/work.js";
-import { RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { DeliveryState, LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { Participant, type ClaimedWork } from "../../../src/participant/index.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { jsonPayload, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { callHolder, completionOf, deliveriesView, inspectGroup, stateOf } from "../../helpers/work.js";
+import { RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 
 /**
  * The participant library (the specification's `laneparticipant`) against

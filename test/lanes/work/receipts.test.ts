@@ -1,12 +1,12 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
-import { expectLaneError, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, completionOf, inspectGroup, ledgerValue, publishWork, receiptOf, waitReleased } from "../helpers/work.js";
+import { LaneService, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayProcess, type ChildLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, completionOf, inspectGroup, ledgerValue, publishWork, receiptOf, waitReleased } from "../../helpers/work.js";
 
 /**
  * What a receipt can still do once its delivery is completed, against a

@@ -1,12 +1,12 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { DeliveryState, LaneService, type GroupState, type RecoveryResult } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, completionOf, deliveriesView, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser } from "../helpers/work.js";
+import { DeliveryState, LaneService, type GroupState, type RecoveryResult } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, completionOf, deliveriesView, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser } from "../../helpers/work.js";
 
 /**
  * Explicit same-namespace group recovery, on a namespace whose records are

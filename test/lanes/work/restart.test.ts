@@ -1,11 +1,11 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, type GroupState } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { claimOne, completionOf, inspectGroup, publishWork, receiptOf, workOn, whenBack } from "../helpers/work.js";
+import { LaneService, type GroupState } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { claimOne, completionOf, inspectGroup, publishWork, receiptOf, workOn, whenBack } from "../../helpers/work.js";
 
 /**
  * Work groups across restarts, Laneway in this process on a test-owned

@@ -1,12 +1,12 @@
 import { createServer } from "node:net";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, RecordKind, type ClaimResponse } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { laneSubjects } from "../../src/lanes/names.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { completionOf, inspectGroup, publishWork, receiptOf, waitOf } from "../helpers/work.js";
+import { LaneService, RecordKind, type ClaimResponse } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { laneSubjects } from "../../../src/lanes/names.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { completionOf, inspectGroup, publishWork, receiptOf, waitOf } from "../../helpers/work.js";
 
 /**
  * What one Laneway process shares between the callers of one lane or group:

@@ -1,12 +1,12 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type GroupState, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, codeAndReason, deliveriesView, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased, whenBack } from "../helpers/work.js";
+import { DeliveryState, LaneService, type GroupState, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, codeAndReason, deliveriesView, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased, whenBack } from "../../helpers/work.js";
 
 /**
  * Reusable slots at the shared bucket's growth boundary: a namespace whose

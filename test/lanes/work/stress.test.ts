@@ -1,12 +1,12 @@
 import { afterAll, expect, test } from "vitest";
-import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { removeAllNatsClusters, startNatsCluster } from "../helpers/nats-cluster.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { inspectGroup, publishWork } from "../helpers/work.js";
-import { checkAudit, Fleet, newAuditLog, runStress } from "../helpers/work-stress.js";
+import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { removeAllNatsClusters, startNatsCluster } from "../../helpers/nats-cluster.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { inspectGroup, publishWork } from "../../helpers/work.js";
+import { checkAudit, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
 
 /**
  * At least once, and never two live leases: three `laneway serve` child
