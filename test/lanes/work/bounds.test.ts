@@ -8,6 +8,7 @@ import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.
 import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
 import { waitFor } from "../../helpers/wait-for.js";
 import { claimOne, completionOf, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, storedLedgerMessage, waitReleased } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * A group ledger at its byte and delivery bounds, in its maximum shape:
@@ -38,12 +39,9 @@ const GROUP = long("group");
 const MAX_LEDGER = 512;
 const longToken = newToken();
 
-const config = {
+const config = buildLanesConfig({
   namespace: NAMESPACE,
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: PROJECT, token_env: "LONG_LANE_TOKEN" },
-  ],
+  projects: ["atlas", { project: PROJECT, token_env: "LONG_LANE_TOKEN" }],
   lanes: [{ id: LANE, owner: "atlas", publishers: ["atlas"], groups: { [GROUP]: [PROJECT] }, recoverers: { [GROUP]: [PROJECT] } }],
   max_ledger: MAX_LEDGER,
   max_pending: 512,
@@ -53,7 +51,7 @@ const config = {
   // A nack parks its delivery for an hour: it keeps its slot without a live lease.
   retry_delay: "1h",
   max_retry_delay: "1h",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;

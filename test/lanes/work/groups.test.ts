@@ -22,6 +22,7 @@ import {
   waitReleased,
   workOn,
 } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Work groups through the generated client, Laneway in this process on a
@@ -51,13 +52,9 @@ import {
 const cinderToken = newToken();
 
 function config(namespace: string, bounds: Record<string, unknown>): Record<string, unknown> {
-  return {
+  return buildLanesConfig({
     namespace,
-    principals: [
-      { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-      { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-      { project: "cinder", token_env: "CINDER_LANE_TOKEN" },
-    ],
+    projects: ["atlas", "beacon", "cinder"],
     lanes: [
       {
         id: "jobs",
@@ -79,7 +76,7 @@ function config(namespace: string, bounds: Record<string, unknown>): Record<stri
       ...[0, 1, 2].map((i) => ({ id: `combined-${i}`, owner: "atlas", publishers: ["atlas"], groups: { combiners: ["beacon"] } })),
     ],
     ...bounds,
-  };
+  });
 }
 
 const LEASE_MS = 1_000;

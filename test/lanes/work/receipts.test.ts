@@ -7,6 +7,7 @@ import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.
 import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
 import { waitFor } from "../../helpers/wait-for.js";
 import { claimOne, completionOf, inspectGroup, ledgerValue, publishWork, receiptOf, waitReleased } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * What a receipt can still do once its delivery is completed, against a
@@ -22,20 +23,16 @@ import { claimOne, completionOf, inspectGroup, ledgerValue, publishWork, receipt
 const ACK_RETENTION_MS = 15_000;
 const tokens = generateTokens();
 const cinderToken = newToken();
-const config = {
+const config = buildLanesConfig({
   namespace: "receipts",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-    { project: "cinder", token_env: "CINDER_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon", "cinder"],
   lanes: [
     { id: "jobs", owner: "atlas", publishers: ["atlas"], groups: { workers: ["atlas", "beacon"], auditors: ["beacon"] }, recoverers: { workers: ["beacon"] } },
     { id: "other", owner: "atlas", publishers: ["atlas"], groups: { workers: ["atlas", "beacon"] } },
   ],
   lease: "1s",
   ack_retention: "15s",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: ChildLaneway;

@@ -5,6 +5,7 @@ import { type LaneClient } from "../../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
 import { waitFor } from "../../helpers/wait-for.js";
 import { claimOne, codeAndReason, deliveryOf, inspectGroup, publishWork, receiptOf } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * A long-lived Laneway keeps the envelopes of records it recently read, so
@@ -20,18 +21,15 @@ import { claimOne, codeAndReason, deliveryOf, inspectGroup, publishWork, receipt
  */
 
 const tokens = generateTokens();
-const config = {
+const config = buildLanesConfig({
   namespace: "cache",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [{ id: "long", owner: "atlas", publishers: ["atlas"], groups: { readers: ["beacon"] } }],
   lease: "25s",
   ack_retention: "1s",
   max_ledger: 512,
   max_pending: 512,
-};
+});
 
 let nats: NatsServerHandle;
 let reader: InProcessLaneway;

@@ -7,6 +7,7 @@ import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.
 import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
 import { waitFor } from "../../helpers/wait-for.js";
 import { claimOne, completionOf, deliveriesView, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Explicit same-namespace group recovery, on a namespace whose records are
@@ -35,13 +36,9 @@ const LANE_BOUNDS = { retention: "2s", duplicate_window: "1s", lease: "4s", retr
 const cinderToken = newToken();
 const tokens = generateTokens();
 
-const config = {
+const config = buildLanesConfig({
   namespace: "recover",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-    { project: "cinder", token_env: "CINDER_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon", "cinder"],
   lanes: [
     { id: "absent", owner: "atlas", publishers: ["atlas"], groups: { solo: ["atlas", "beacon"] }, recoverers: { solo: ["beacon"] } },
     { id: "gap", owner: "atlas", publishers: ["atlas"], groups: { gappers: ["beacon"] }, recoverers: { gappers: ["beacon"] } },
@@ -58,7 +55,7 @@ const config = {
     },
   ],
   ...LANE_BOUNDS,
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;

@@ -7,6 +7,7 @@ import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-serve
 import { waitFor } from "../../helpers/wait-for.js";
 import { inspectGroup, publishWork } from "../../helpers/work.js";
 import { checkAudit, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * At least once, and never two live leases: three `laneway serve` child
@@ -52,12 +53,9 @@ const ITEMS = Number(process.env.LANEWAY_STRESS_ITEMS ?? (CLUSTER ? 1_000 : 10_0
 const LEASE_MS = 3_000;
 const bounds = { retryDelayMs: 20, maxRetryDelayMs: 200 };
 const tokens = generateTokens();
-const config = (namespace: string) => ({
+const config = (namespace: string) => buildLanesConfig({
   namespace,
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [{ id: "jobs", owner: "atlas", publishers: ["atlas"], groups: { workers: ["atlas", "beacon"] } }],
   lease: "3s",
   retry_delay: `${bounds.retryDelayMs}ms`,
