@@ -14,7 +14,7 @@ export interface LanesPrincipal {
 }
 
 /** The variable a project's token is read from: `<PROJECT>_LANE_TOKEN`, in capitals with `-` as `_`. */
-export function laneTokenEnv(project: string): string {
+function laneTokenEnv(project: string): string {
   return `${project.toUpperCase().replaceAll("-", "_")}_LANE_TOKEN`;
 }
 
