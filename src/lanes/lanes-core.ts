@@ -73,6 +73,14 @@ export interface LanesCore {
   nack(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>;
   inspect(params: GroupTarget, signal?: AbortSignal): Promise<GroupInspection>;
   recover(params: RecoverParams, signal?: AbortSignal): Promise<RecoveryResult>;
+  /**
+   * True while every connection the lanes use is up: the one they write
+   * over (Laneway's own, or the configuration's broker) and the readers'.
+   * Each reconnects on its own, so one can be back before the other.
+   */
+  readonly connected: boolean;
+  /** Calls `listener` whenever one of those connections changes state; returns the unsubscribe. */
+  onConnectionChange(listener: () => void): () => void;
   close(): Promise<void>;
 }
 
@@ -164,6 +172,17 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
       nack: (params, signal) => groups.nack(params, signal),
       inspect: (params, signal) => groups.inspect(params, signal),
       recover: (params, signal) => groups.recover(params, signal),
+      get connected() {
+        return broker.state === "connected" && readers?.state === "connected";
+      },
+      onConnectionChange(listener) {
+        const offWriter = broker.onStateChange(listener);
+        const offReaders = readers?.onStateChange(listener);
+        return () => {
+          offWriter();
+          offReaders?.();
+        };
+      },
       async close() {
         groups.close();
         watchers.close();

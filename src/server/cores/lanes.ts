@@ -37,9 +37,15 @@ export const lanesBinding: CoreBinding = {
         pausePoints: ctx.pausePoints,
       });
     }
-    const refresh = () =>
-      ctx.health.set(LaneService.typeName, core === undefined ? "off" : ctx.broker.state === "connected" ? "serving" : "not_serving");
-    const unsubscribe = ctx.broker.onStateChange(refresh);
+    // Serving while every connection the lanes use is up: Laneway's own and
+    // the readers' reconnect on their own after an outage.
+    const refresh = () => ctx.health.set(LaneService.typeName, core === undefined ? "off" : ctx.broker.state === "connected" && core.connected ? "serving" : "not_serving");
+    const offBroker = ctx.broker.onStateChange(refresh);
+    const offCore = core?.onConnectionChange(refresh);
+    const unsubscribe = () => {
+      offBroker();
+      offCore?.();
+    };
     refresh();
     return {
       implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log))],

@@ -16,8 +16,9 @@ import { buildLanesConfig } from "../../helpers/lanes-config.js";
  *
  * Two Laneway servers on one namespace: `reader` claims everything the
  * test wants it to remember, `other` claims the record `reader` must not
- * have seen. Leases of 25 s keep both retries waiting while `reader` reads
- * 4,096 more records.
+ * have seen. Leases of an hour keep both first deliveries leased while
+ * `reader` reads 4,096 more records (however long that takes on a busy
+ * machine), and nacks then make both wait for a retry.
  */
 
 const tokens = generateTokens();
@@ -25,7 +26,9 @@ const config = buildLanesConfig({
   namespace: "cache",
   projects: ["atlas", "beacon"],
   lanes: [{ id: "long", owner: "atlas", publishers: ["atlas"], groups: { readers: ["beacon"] } }],
-  lease: "25s",
+  lease: "1h",
+  retry_delay: "1ms",
+  max_retry_delay: "1ms",
   ack_retention: "1s",
   max_ledger: 512,
   max_pending: 512,
@@ -56,8 +59,10 @@ afterAll(async () => {
 test("after a Laneway has read more records than it remembers, two retries claimed together — one remembered, one read again — are both leased", async () => {
   const [remembered, unseen] = await publishWork(atlas, "long", ["remembered", "unseen"]);
   // `reader` reads `remembered` first (its oldest memory); `other` takes `unseen`.
-  expect((await claimOne(readerBeacon, "long", "readers"))!.record!.sequence).toBe(remembered!.sequence);
-  expect((await claimOne(otherBeacon, "long", "readers"))!.record!.sequence).toBe(unseen!.sequence);
+  const first = (await claimOne(readerBeacon, "long", "readers"))!;
+  expect(first.record!.sequence).toBe(remembered!.sequence);
+  const second = (await claimOne(otherBeacon, "long", "readers"))!;
+  expect(second.record!.sequence).toBe(unseen!.sequence);
   // `reader` learns the group's state (so its next claims start after `unseen`, which it never reads).
   expect((await inspectGroup(readerBeacon, "long", "readers")).cursor).toBe(unseen!.sequence);
   // `reader` then reads 4,095 more records (claimed and acked at once), filling its memory.
@@ -78,13 +83,15 @@ test("after a Laneway has read more records than it remembers, two retries claim
     expect(answer.results.every((r) => r.outcome.case === "acked")).toBe(true);
     filled += work.length;
   }
-  // Both first leases end; both deliveries wait for a retry.
+  // Both first deliveries are nacked; both wait for a retry.
+  await readerBeacon.nack({ lane: "long", group: "readers", ...receiptOf(first) });
+  await otherBeacon.nack({ lane: "long", group: "readers", ...receiptOf(second) });
   await waitFor(
     async () => {
       const g = await inspectGroup(readerBeacon, "long", "readers");
       return [remembered!, unseen!].every((r) => deliveryOf(g, r.sequence)?.state === DeliveryState.RELEASED);
     },
-    { timeoutMs: 90_000, intervalMs: 250, what: "the first two leases to end" },
+    { timeoutMs: 90_000, intervalMs: 250, what: "both nacked deliveries to be eligible again" },
   );
   const retried = await readerBeacon.claimBatch({ lane: "long", group: "readers", maxRecords: 2 });
   expect(retried.work.map((w) => [w.record!.id, w.attempt])).toEqual([
