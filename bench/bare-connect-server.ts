@@ -15,20 +15,21 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { LaneService } from "../gen/laneway/lane/v1/lane_service_pb.js";
 import { LaneRegistry, loadLanesConfig, type LanesCore } from "../src/lanes/index.js";
 import { silentLogger } from "../src/log/logger.js";
-import { Authenticator, principalKey } from "../src/server/auth.js";
+import { Authenticator, principalKey, secretAuthenticator } from "../src/server/auth.js";
 import { laneServiceImpl } from "../src/server/services/lane-service.js";
+import { lanesBinding } from "../src/server/cores/lanes.js";
 
 const config = await loadLanesConfig(process.argv[2]!, process.env);
-const authenticator = new Authenticator({ projectTokens: config.tokens });
+const authenticator = new Authenticator({ authenticators: [secretAuthenticator("project", config.tokens)] });
 // Only GetRegistry is measured: the core needs nothing but its registry.
 const registryOnly = { registry: new LaneRegistry(config) } as unknown as LanesCore;
-const impl = laneServiceImpl(registryOnly, new AbortController().signal, silentLogger);
+const impl = laneServiceImpl(registryOnly, new AbortController().signal, silentLogger, lanesBinding.errors);
 const handler = connectNodeAdapter({
   routes: (router) =>
     router.service(LaneService, {
       ...impl,
-      getRegistry(req, ctx) {
-        const principal = authenticator.resolveToken((ctx.requestHeader.get("authorization") ?? "").replace(/^Bearer /, ""));
+      async getRegistry(req, ctx) {
+        const principal = await authenticator.resolveToken((ctx.requestHeader.get("authorization") ?? "").replace(/^Bearer /, ""));
         if (principal === undefined) throw new ConnectError("unknown bearer token", Code.Unauthenticated);
         ctx.values.set(principalKey, principal);
         return impl.getRegistry(req, ctx);

@@ -119,8 +119,15 @@ const names: Record<Target, string> = {
   "participant-default": "Laneway participant, concurrency W, default bounds",
   "participant-2proc": "Laneway participant, two processes, W/2 each",
 };
+/**
+ * `BENCH_ONLY=<target>@<W>,…` (targets as above: raw-single, raw-batch,
+ * bullmq, single, participant, single-default, participant-default,
+ * participant-2proc) runs only those rows, for a quick look; the goals
+ * whose rows did not run print as NaN.
+ */
+const only = new Set((process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter((s) => s !== ""));
 /** Which W each target runs at (two processes need at least one handler each). */
-const runsAt = (target: Target, workers: number) => target !== "participant-2proc" || workers >= 2;
+const runsAt = (target: Target, workers: number) => (target !== "participant-2proc" || workers >= 2) && (only.size === 0 || only.has(`${target}@${workers}`));
 
 /** What a helper process prints. */
 interface HelperResult {
@@ -522,12 +529,12 @@ export async function lanesWork(): Promise<void> {
 
     // ------------------------------------------------------------ report
 
-    const medianRate = (k: string) => median(runs.get(k)!.map(rate));
-    const sumOf = (list: readonly Run[], field: keyof Run) => list.reduce((s, r) => s + (r[field] as number), 0);
+    const medianRate = (k: string) => (runs.has(k) ? median(runs.get(k)!.map(rate)) : Number.NaN);
+    const sumOf = (list: readonly Run[] | undefined, field: keyof Run) => (list ?? []).reduce((s, r) => s + (r[field] as number), 0);
     /** A per-item figure over all rounds of a row (sums over sums). */
-    const perItem = (list: readonly Run[], field: keyof Run, digits: number) => (sumOf(list, field) / sumOf(list, "items")).toFixed(digits);
+    const perItem = (list: readonly Run[] | undefined, field: keyof Run, digits: number) => (sumOf(list, field) / sumOf(list, "items")).toFixed(digits);
     /** The mean stored state per CAS over a row's rounds (weighted by CASes), and per item. */
-    const stateBytes = (list: readonly Run[]) => {
+    const stateBytes = (list: readonly Run[] = []) => {
       const writes = sumOf(list, "ledgerWrites");
       const bytes = list.reduce((s, r) => s + r.stateBytes * r.ledgerWrites, 0);
       return { perCas: writes > 0 ? bytes / writes : 0, perItem: bytes / sumOf(list, "items") };
@@ -615,8 +622,8 @@ export async function lanesWork(): Promise<void> {
     const bull64 = rateOf("bullmq", 64);
     const rawBatch64 = rateOf("raw-batch", 64);
     const rawSingle64 = rateOf("raw-single", 64);
-    const single1 = runs.get(key("single", 1))!;
-    const p64 = runs.get(key("participant", 64))!;
+    const single1 = runs.get(key("single", 1)) ?? [];
+    const p64 = runs.get(key("participant", 64)) ?? [];
     const items64 = sumOf(p64, "items");
     const claims64 = sumOf(p64, "claimCalls");
     const acks64 = sumOf(p64, "ackCalls");
@@ -625,7 +632,7 @@ export async function lanesWork(): Promise<void> {
     const splits = workerCounts
       .filter((w) => runsAt("participant-2proc", w))
       .map((w) => {
-        const list = runs.get(key("participant-2proc", w))!;
+        const list = runs.get(key("participant-2proc", w)) ?? [];
         const a = list.reduce((s, r) => s + (r.split[0] ?? 0), 0);
         const b = list.reduce((s, r) => s + (r.split[1] ?? 0), 0);
         return `at ${w}: ${((100 * a) / (a + b)).toFixed(0)}% / ${((100 * b) / (a + b)).toFixed(0)}%`;
@@ -655,7 +662,7 @@ export async function lanesWork(): Promise<void> {
         "",
         `Where the participant's time goes at 64 workers (${participant64.toFixed(0)} items/s):`,
         `- Laneway CPU: ${perItem(p64, "lanewayCpu", 0)} µs per item, a one-core ceiling of ${(1e6 / Number(perItem(p64, "lanewayCpu", 3))).toFixed(0)} items/s; ` +
-          `nats-server CPU: ${perItem(p64, "natsCpu", 0)} µs per item (raw batch: ${perItem(runs.get(key("raw-batch", 64))!, "natsCpu", 0)}); ` +
+          `nats-server CPU: ${perItem(p64, "natsCpu", 0)} µs per item (raw batch: ${perItem(runs.get(key("raw-batch", 64)) ?? [], "natsCpu", 0)}); ` +
           `the participant's own process: ${perItem(p64, "clientCpu", 0)} µs per item.`,
         `- calls: ${(claims64 / items64).toFixed(3)} ClaimBatch calls per item (${(items64 / claims64).toFixed(1)} records per claim), ` +
           `${(acks64 / items64).toFixed(3)} AckBatch calls per item (${(items64 / acks64).toFixed(1)} receipts per ack); ` +

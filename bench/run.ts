@@ -2,6 +2,7 @@
  * `npm run bench [name...]`: runs Laneway's benchmarks, each printing
  * figures and ratios against a baseline measured in the same run.
  */
+import { callSignalBench } from "./call-signal.js";
 import { kmapLane } from "./kmap-lane.js";
 import { lanesPublish } from "./lanes-publish.js";
 import { lanesWork } from "./lanes-work.js";
@@ -16,6 +17,7 @@ const benchmarks: Record<string, () => Promise<void>> = {
   "lanes-work": lanesWork,
   "swarm-mint": swarmMint,
   "swarm-bus": swarmBus,
+  "call-signal": callSignalBench,
 };
 
 const selected = process.argv.slice(2);

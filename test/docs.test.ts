@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, test } from "vitest";
+import { coreSettings } from "../src/server/cores/index.js";
 import { loadStartupConfig } from "../src/startup/index.js";
 import { silentLogger } from "../src/log/logger.js";
 import { LanewayServer } from "../src/server/laneway-server.js";
@@ -74,7 +75,7 @@ afterAll(async () => {
 async function startDemo(): Promise<{ server: LanewayServer; cwd: string }> {
   const cwd = await mkdtemp(join(tmpdir(), "laneway-docs-"));
   scratch.push(cwd);
-  const startup = await loadStartupConfig(["--demo", "--listen", "127.0.0.1:0"], { PATH: process.env.PATH }, { cwd });
+  const startup = await loadStartupConfig(["--demo", "--listen", "127.0.0.1:0"], { PATH: process.env.PATH }, { cwd, cores: coreSettings });
   const server = await LanewayServer.start({ startup, logger: silentLogger });
   return { server, cwd };
 }

@@ -4,6 +4,7 @@ import { PAUSE_AT_ENV, pausePointsFromSetting } from "../fault-injection/pause-p
 import { createLogger, safeErrorFields } from "../log/logger.js";
 import { EmbeddedServerError } from "../nats/index.js";
 import { corePausePoints, LanewayServer } from "../server/laneway-server.js";
+import { coreBindings, coreSettings } from "../server/cores/index.js";
 import { loadStartupConfig } from "../startup/index.js";
 import type { CliIo } from "./command.js";
 import { lanewayVersion } from "./version.js";
@@ -21,14 +22,14 @@ import { lanewayVersion } from "./version.js";
  */
 export async function serveCommand(args: readonly string[], io: CliIo): Promise<number> {
   if (args.includes("--help") || args.includes("-h")) {
-    io.stdout(serveHelp());
+    io.stdout(serveHelp(coreSettings.map((c) => ({ title: c.title, settings: c.declarations }))));
     return 0;
   }
   const log = createLogger();
   let startup;
   let pausePoints;
   try {
-    startup = await loadStartupConfig(args, io.env);
+    startup = await loadStartupConfig(args, io.env, { cores: coreSettings });
     pausePoints = pausePointsFromSetting(startup.env[PAUSE_AT_ENV], corePausePoints);
   } catch (error) {
     if (error instanceof ConfigError) {
@@ -55,12 +56,12 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     return 1;
   }
 
-  const { server: settings, lanes, demo } = startup;
+  const { server: settings, demo } = startup;
   const lines = [
     `laneway ${lanewayVersion()} listening on ${server.url}`,
     `  data directory: ${settings.dataDir}`,
     `  NATS: ${settings.natsServers ? "external server" : "embedded nats-server (JetStream store in the data directory)"}`,
-    `  lanes: ${lanes ? `namespace ${lanes.namespace}, ${lanes.lanes.length} lane(s), ${lanes.principals.length} project(s)` : "off (no --lanes-config)"}`,
+    ...coreBindings.flatMap((b) => (b.summary ? [`  ${b.name}: ${b.summary(startup.cores.get(b.name))}`] : [])),
     `  operator RPCs: ${
       !settings.adminToken
         ? "disabled (LANEWAY_ADMIN_TOKEN is not set)"

@@ -1,9 +1,9 @@
 /**
  * Resolution of a NATS credentials file named indirectly by an environment
- * variable (`credentials_env` in the lanes configuration,
+ * variable (`credentials_env` in a core's configuration,
  * `--nats-credentials-env` for the server).
  *
- * The variable holds the file's PATH, not its contents (the lanes
+ * The variable holds the file's PATH, not its contents (a core's
  * specification is explicit about this), so the configuration stays free
  * of secrets and the file keeps its own OS protection. The file is checked
  * at startup so a typo fails then, not at the first broker operation; its

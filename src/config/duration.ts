@@ -1,7 +1,7 @@
 /**
  * Go `time.Duration` parsing and formatting.
  *
- * The lanes configuration format is shared with Go services (the lanes
+ * A core's configuration format may be shared with Go services (the
  * specification says duration fields accept "a string parsed by Go
  * time.ParseDuration"), so the same file must mean the same thing here.
  * This is a line-by-line port of Go's `ParseDuration` and

@@ -2,9 +2,9 @@
  * Server-wide settings (`laneway serve` flags and `LANEWAY_*` variables)
  * and the building blocks every configuration shares: Go durations,
  * secrets and token rules, environment names and files, NATS URLs and
- * credentials files, typed configuration errors. No core's configuration
- * lives here; each core keeps its own (the lanes configuration is in
- * src/lanes/).
+ * credentials files, typed configuration errors, and the way a core
+ * declares its own settings (settings.ts). No core's configuration lives
+ * here; each core's binding declares and resolves its own.
  */
 export { ConfigError, DurationError, EnvFileError, ServerConfigError } from "./errors.js";
 export { constantTimeEquals, Secret } from "./secret.js";
@@ -27,6 +27,7 @@ export { resolveCredentialsFile, type CredentialsFileResult } from "./credential
 export {
   loadServerConfig,
   SERVER_DEFAULTS,
+  SERVER_SETTINGS,
   serveHelp,
   type ListenAddress,
   type ServerConfig,
@@ -34,4 +35,5 @@ export {
   type WireLimits,
 } from "./server-config.js";
 export { formatEnvFile, parseEnvFile, readEnvFile } from "./env-file.js";
+export { parseCount, settingKey, type RawSetting, type SettingDeclaration, type SettingsSection, type SettingValues } from "./settings.js";
 export { FrozenMap } from "./frozen-map.js";

@@ -1,5 +1,5 @@
 /**
- * Validation of NATS server URLs (`url` in the lanes configuration,
+ * Validation of NATS server URLs (`url` in a core's configuration,
  * `--nats-url` for the server).
  *
  * A URL is a comma-separated list of `nats://` or `tls://` servers, the

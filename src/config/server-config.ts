@@ -1,5 +1,6 @@
 /**
- * Settings of `laneway serve`: flags, `LANEWAY_*` variables, defaults.
+ * Settings of `laneway serve`: flags, `LANEWAY_*` variables, defaults —
+ * the server's own, and the raw values of those each core declares.
  *
  * Precedence is flag > environment variable > default, per setting. An
  * empty environment variable counts as unset (`FOO=` usually means
@@ -12,7 +13,7 @@
  *
  * Decisions the brief left open:
  * - `--listen` accepts loopback addresses only (127.0.0.0/8, [::1],
- *   localhost). Laneway serves plain HTTP with bearer tokens, and the lanes
+ *   localhost). Laneway serves plain HTTP with bearer tokens, and a
  *   specification's listener "allows only loopback plain HTTP"; remote
  *   access goes through a TLS proxy. Port 0 (pick a free port) is allowed.
  * - `--replicas` above 1 requires `--nats-url`: the embedded nats-server is
@@ -36,6 +37,7 @@ import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "./env-name.js";
 import { ServerConfigError } from "./errors.js";
 import { parseNatsServers } from "./nats-url.js";
 import { Secret } from "./secret.js";
+import { parseCount, settingKey, settingsHelp, type RawSetting, type SettingDeclaration, type SettingsSection, type SettingValues } from "./settings.js";
 import { ADMIN_TOKEN_ENV, tokenProblem } from "./tokens.js";
 
 export const SERVER_DEFAULTS = Object.freeze({
@@ -49,7 +51,6 @@ export const SERVER_DEFAULTS = Object.freeze({
   headersTimeout: "10s",
   requestTimeout: "30s",
   idleTimeout: "30s",
-  kmapMaxPending: 10_000,
 });
 
 /**
@@ -76,8 +77,6 @@ const WIRE_RANGES = {
   timeout: { min: 100n * MILLISECOND, max: 10n * MINUTE },
 };
 
-const KMAP_MAX_PENDING_RANGE = { min: 1, max: 10_000_000 };
-
 const MIN_REPLICAS = 1;
 const MAX_REPLICAS = 5;
 const MAX_SHUTDOWN_TIMEOUT = 10n * MINUTE;
@@ -103,23 +102,23 @@ export interface ServerConfig {
   readonly natsServerBin: string;
   /** Replica count of streams and KV buckets. */
   readonly replicas: number;
-  /** Absolute path of the lanes configuration; `undefined` means lanes are off (unless demo supplies one). */
-  readonly lanesConfigPath: string | undefined;
-  /** Demo mode: create/reuse the demo lanes.json and tokens.env under the data directory. */
+  /** Demo mode: create/reuse the demo files (a core's example configuration, tokens.env) under the data directory. */
   readonly demo: boolean;
   /** Grace period for in-flight requests on shutdown, in whole milliseconds. */
   readonly shutdownTimeoutMs: number;
-  /** The operator token (Kmap command and hive hub RPCs); `undefined` disables those RPCs. */
+  /** The operator token (every core's operator RPCs); `undefined` disables those RPCs. */
   readonly adminToken: Secret | undefined;
   /** Read limits and timeouts for every connection and request. */
   readonly wire: WireLimits;
-  /** The most unfinished Kmap commands; past it SubmitCommand answers resource_exhausted (`backlog_full`). */
-  readonly kmapMaxPending: number;
+  /** The values of the settings the cores declare (`ServerConfigOptions.settings`), by flag; each core resolves its own. */
+  readonly declared: SettingValues;
 }
 
 export interface ServerConfigOptions {
   /** Directory relative paths resolve against (default `process.cwd()`). */
   readonly cwd?: string;
+  /** Settings the cores declare, parsed with the server's own (see settings.ts). */
+  readonly settings?: readonly SettingDeclaration[];
 }
 
 /** Flag name (without `--`) → its variable, parseArgs type, value name and help text. */
@@ -129,8 +128,7 @@ const SETTINGS = {
   "nats-url": { env: "LANEWAY_NATS_URL", type: "string", value: "URL", help: "an existing NATS server or cluster (comma-separated); default: start an embedded nats-server" },
   "nats-credentials-env": { env: "LANEWAY_NATS_CREDENTIALS_ENV", type: "string", value: "NAME", help: "variable holding the path of a NATS .creds file (with --nats-url)" },
   replicas: { env: "LANEWAY_REPLICAS", type: "string", value: "N", help: "replicas of every stream and KV bucket, 1 to 5 (above 1 needs --nats-url)" },
-  "lanes-config": { env: "LANEWAY_LANES_CONFIG", type: "string", value: "FILE", help: "the lanes configuration (lanes.json); without it lanes are off" },
-  demo: { env: "LANEWAY_DEMO", type: "boolean", value: "", help: "serve the demo: example lanes and generated tokens in <data dir>/tokens.env" },
+  demo: { env: "LANEWAY_DEMO", type: "boolean", value: "", help: "serve the demo: example configuration and generated tokens in <data dir>/tokens.env" },
   "shutdown-timeout": { env: "LANEWAY_SHUTDOWN_TIMEOUT", type: "string", value: "D", help: `how long in-flight calls may finish on SIGTERM (default ${SERVER_DEFAULTS.shutdownTimeout})` },
   "nats-server-bin": { env: "LANEWAY_NATS_SERVER_BIN", type: "string", value: "PATH", help: `nats-server for the embedded broker (default ${SERVER_DEFAULTS.natsServerBin})` },
   "max-request-bytes": { env: "LANEWAY_MAX_REQUEST_BYTES", type: "string", value: "N", help: `largest request message, after decompression (default ${SERVER_DEFAULTS.maxRequestBytes})` },
@@ -138,19 +136,13 @@ const SETTINGS = {
   "headers-timeout": { env: "LANEWAY_HEADERS_TIMEOUT", type: "string", value: "D", help: `time to send the request headers (default ${SERVER_DEFAULTS.headersTimeout})` },
   "request-timeout": { env: "LANEWAY_REQUEST_TIMEOUT", type: "string", value: "D", help: `time to send a whole request (default ${SERVER_DEFAULTS.requestTimeout})` },
   "idle-timeout": { env: "LANEWAY_IDLE_TIMEOUT", type: "string", value: "D", help: `idle HTTP/2 session, or a response the peer stops reading (default ${SERVER_DEFAULTS.idleTimeout})` },
-  "kmap-max-pending": {
-    env: "LANEWAY_KMAP_MAX_PENDING",
-    type: "string",
-    value: "N",
-    help: `unfinished Kmap commands at most; past it SubmitCommand answers resource_exhausted (default ${SERVER_DEFAULTS.kmapMaxPending})`,
-  },
 } as const;
 
-/** `laneway serve --help`: every flag with its variable and meaning, aligned. */
-export function serveHelp(): string {
-  const rows = Object.entries(SETTINGS).map(([name, s]) => [`--${name}${s.value ? ` ${s.value}` : ""}`, s.env, s.help] as const);
-  const flagWidth = Math.max(...rows.map((r) => r[0].length));
-  const envWidth = Math.max(...rows.map((r) => r[1].length));
+/** The server's own settings, as declarations (for help and the operations table). */
+export const SERVER_SETTINGS: readonly SettingDeclaration[] = Object.entries(SETTINGS).map(([flag, s]) => ({ flag, ...s }));
+
+/** `laneway serve --help`: every flag with its variable and meaning, aligned: the server's, then each core's section. */
+export function serveHelp(cores: readonly SettingsSection[] = []): string {
   return [
     "usage: laneway serve [flags]",
     "",
@@ -159,7 +151,7 @@ export function serveHelp(): string {
     "durations (10s, 1m30s). The operator token is read only from",
     `${ADMIN_TOKEN_ENV} (command lines are visible in ps).`,
     "",
-    ...rows.map(([flag, env, help]) => `  ${flag.padEnd(flagWidth)}  ${env.padEnd(envWidth)}  ${help}`),
+    ...settingsHelp([{ title: "", settings: SERVER_SETTINGS }, ...cores]),
     "",
     "Exit codes: 0 clean shutdown; 1 startup, runtime or shutdown failure; 2 configuration error.",
     "",
@@ -169,11 +161,7 @@ export function serveHelp(): string {
 type SettingName = keyof typeof SETTINGS;
 type StringSetting = { [K in SettingName]: (typeof SETTINGS)[K]["type"] extends "string" ? K : never }[SettingName];
 
-/** A raw setting and where it came from (the flag or the variable), for messages. */
-interface Raw {
-  readonly value: string;
-  readonly source: string;
-}
+type Raw = RawSetting;
 
 /**
  * Resolve the settings of `laneway serve` from `argv` (the arguments after
@@ -182,7 +170,8 @@ interface Raw {
  */
 export function loadServerConfig(argv: readonly string[], env: Env, options: ServerConfigOptions = {}): ServerConfig {
   const cwd = options.cwd ?? process.cwd();
-  const flags = parseFlags(argv);
+  const declarations = options.settings ?? [];
+  const flags = parseFlags(argv, declarations);
 
   const pick = (name: StringSetting): Raw | undefined => {
     const flag = flags[name];
@@ -238,9 +227,6 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     );
   }
 
-  const lanesConfig = pick("lanes-config");
-  const lanesConfigPath = lanesConfig === undefined ? undefined : resolve(cwd, lanesConfig.value);
-
   const demo = flags.demo === true || parseDemoEnv(env);
   const shutdownTimeoutMs = parseShutdownTimeout(pick("shutdown-timeout"));
   const natsServerBin = resolveServerBin(
@@ -259,7 +245,16 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
   if (wire.headersTimeoutMs > wire.requestTimeoutMs) {
     throw new ServerConfigError("--headers-timeout must be at most --request-timeout", "--headers-timeout");
   }
-  const kmapMaxPending = parseCount(pick("kmap-max-pending"), SERVER_DEFAULTS.kmapMaxPending, KMAP_MAX_PENDING_RANGE);
+  const declared = new Map<string, Raw>();
+  for (const setting of declarations) {
+    const flag = setting.flag === undefined ? undefined : flags[setting.flag];
+    if (typeof flag === "string" && flag === "") throw new ServerConfigError(`--${setting.flag} must not be empty`, `--${setting.flag}`);
+    if (flag !== undefined) declared.set(settingKey(setting), { value: String(flag), source: `--${setting.flag}` });
+    else {
+      const value = envValue(env, setting.env);
+      if (value !== undefined) declared.set(settingKey(setting), { value, source: setting.env });
+    }
+  }
 
   return Object.freeze({
     listen,
@@ -269,46 +264,47 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     natsCredentialsFile,
     natsServerBin,
     replicas,
-    lanesConfigPath,
     demo,
     shutdownTimeoutMs,
     adminToken,
     wire,
-    kmapMaxPending,
+    declared,
   });
 }
 
-type Flags = Partial<Record<SettingName, string | boolean>>;
+type Flags = Partial<Record<string, string | boolean>>;
 
-function parseFlags(argv: readonly string[]): Flags {
+function parseFlags(argv: readonly string[], declarations: readonly SettingDeclaration[]): Flags {
   const options: Record<string, { type: "string" | "boolean" }> = {};
   for (const [name, setting] of Object.entries(SETTINGS)) options[name] = { type: setting.type };
+  for (const setting of declarations) if (setting.flag !== undefined) options[setting.flag] = { type: setting.type };
   try {
     const { values } = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false });
     return values as Flags;
   } catch {
     // parseArgs messages quote the offending argument, which may be a
     // secret or a URL; explain the problem without it.
-    throw new ServerConfigError(diagnoseArgs(argv));
+    throw new ServerConfigError(diagnoseArgs(argv, options));
   }
 }
 
 /** A message for an argument list parseArgs rejected, quoting flag names only, never values. */
-function diagnoseArgs(argv: readonly string[]): string {
+function diagnoseArgs(argv: readonly string[], known: Readonly<Record<string, { type: "string" | "boolean" }>>): string {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i] as string;
     if (arg === "--") return "laneway serve takes no positional arguments (found some after --)";
     if (arg.startsWith("--")) {
       const eq = arg.indexOf("=");
       const name = arg.slice(2, eq === -1 ? undefined : eq);
-      if (!Object.hasOwn(SETTINGS, name)) {
+      if (!Object.hasOwn(known, name)) {
         if (/token|secret|password/i.test(name)) {
           return `unknown flag --${clipName(name)}: the operator token is read only from the ${ADMIN_TOKEN_ENV} environment variable (command lines are visible in ps)`;
         }
         return `unknown flag --${clipName(name)}`;
       }
-      if (SETTINGS[name as SettingName].type === "boolean") {
-        if (eq !== -1) return `--${name} takes no value (use --${name}, or ${SETTINGS[name as SettingName].env}=1)`;
+      if (known[name]!.type === "boolean") {
+        const variable = Object.hasOwn(SETTINGS, name) ? SETTINGS[name as SettingName].env : `its variable`;
+        if (eq !== -1) return `--${name} takes no value (use --${name}, or ${variable}=1)`;
         continue;
       }
       if (eq === -1) {
@@ -424,16 +420,6 @@ function parseShutdownTimeout(raw: Raw | undefined): number {
     );
   }
   return nanosToMillis(ns);
-}
-
-function parseCount(raw: Raw | undefined, fallback: number, range: { min: number; max: number }): number {
-  if (raw === undefined) return fallback;
-  if (!/^[0-9]{1,12}$/.test(raw.value)) throw new ServerConfigError(`${raw.source} must be an integer from ${range.min} to ${range.max}`, raw.source);
-  const n = Number(raw.value);
-  if (n < range.min || n > range.max) {
-    throw new ServerConfigError(`${raw.source} must be an integer from ${range.min} to ${range.max}, got ${n}`, raw.source);
-  }
-  return n;
 }
 
 function parseTimeout(raw: Raw | undefined, fallback: string): number {

@@ -1,5 +1,5 @@
 /**
- * Rules every bearer token shares: project tokens (from the lanes
+ * Rules every bearer token shares: project tokens (from a core's
  * configuration) and the operator token (`LANEWAY_ADMIN_TOKEN`).
  *
  * Tokens travel in an HTTP header as `Authorization: Bearer <token>`: a

@@ -1,11 +1,12 @@
 import { safeMessage } from "../log/safe-message.js";
 
 /**
- * The error domains: the three cores, and `server` for what no core owns
+ * An error domain: the name of the core that raised a failure, as its
+ * binding declares it (src/server/cores), or `server` for what no core owns
  * (health, reflection, a route that does not exist, a body that cannot be
  * decoded before any service is known).
  */
-export type ErrorDomain = "lanes" | "swarm" | "kmap" | "server";
+export type ErrorDomain = string;
 
 /**
  * The one base class of every core's typed failures.
@@ -20,8 +21,9 @@ export type ErrorDomain = "lanes" | "swarm" | "kmap" | "server";
  *   never sent to a caller.
  *
  * The server turns a core error into a Connect error by looking its reason
- * up in one table (src/server/error-mapping.ts); no other code decides which
- * status a reason gets.
+ * up in its domain's table, which the core's binding declares
+ * (src/server/error-mapping.ts holds the mechanism); no other code decides
+ * which status a reason gets.
  */
 export abstract class CoreError<R extends string = string> extends Error {
   /** The core that raised it; sent to callers in ErrorDetail.domain. */

@@ -1,5 +1,6 @@
 import type { CommandEvent } from "./command-record.js";
 import type { LaneCounters } from "./command-store.js";
+import { coreEvents } from "../observe/core-events.js";
 
 /**
  * The in-memory side of the change log. SQLite stays the record of what
@@ -50,6 +51,7 @@ export class ChangeFeed {
    */
   publish(events: readonly CommandEvent[], counters: Omit<LaneCounters, "latestPosition">): void {
     for (const event of events) this.#recent.push(event);
+    observeOutcomes(events);
     if (this.#recent.length > ChangeFeed.RECENT * 2) this.#recent = this.#recent.slice(-ChangeFeed.RECENT);
     const latest = events.length > 0 ? Math.max(this.#counters.latestPosition, events[events.length - 1]!.position) : this.#counters.latestPosition;
     this.#counters = { pending: counters.pending, oldestPosition: counters.oldestPosition, latestPosition: latest };
@@ -97,4 +99,14 @@ export class ChangeFeed {
       signal.addEventListener("abort", done, { once: true });
     });
   }
+}
+
+/** Tells the process's metrics of the commands that reached their outcome (src/observe/core-events.ts). */
+function observeOutcomes(events: readonly CommandEvent[]): void {
+  let committed: number[] | undefined;
+  for (const event of events) {
+    if (event.kind === "committed") (committed ??= []).push(event.changedAt - event.record.submittedAt);
+    else if (event.kind === "failed") coreEvents.kmapFailed(event.record.error?.code ?? "unknown", event.changedAt - event.record.submittedAt);
+  }
+  if (committed !== undefined) coreEvents.kmapCommitted(committed);
 }

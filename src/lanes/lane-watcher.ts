@@ -11,8 +11,12 @@ import { laneSubjects } from "./names.js";
  * carries nothing it trusts). A waiter takes a hold on the lane before it
  * reads, so nothing published between its read and its wait is missed; it
  * also wakes after its own timeout, so a notification lost to a reconnect
- * costs at most one heartbeat.
+ * costs at most one heartbeat. The subscription ends a few seconds after
+ * the last hold is released.
  */
+/** How long a lane's subscription outlives its last hold. */
+const LINGER_MS = 5_000;
+
 export class LaneWatchers {
   readonly #lanes = new Map<string, LaneWatch>();
 
@@ -25,7 +29,7 @@ export class LaneWatchers {
   async hold(lane: string): Promise<LaneHold> {
     let watch = this.#lanes.get(lane);
     if (watch === undefined) {
-      watch = { lane, version: 0, holders: 0, wakers: new Set(), subscription: undefined, generation: -1 };
+      watch = { lane, version: 0, holders: 0, wakers: new Set(), subscription: undefined, generation: -1, linger: undefined };
       this.#lanes.set(lane, watch);
     }
     watch.holders += 1;
@@ -39,10 +43,16 @@ export class LaneWatchers {
         if (released) return;
         released = true;
         current.holders -= 1;
-        if (current.holders === 0) {
-          current.subscription?.unsubscribe();
-          current.subscription = undefined;
-          if (this.#lanes.get(lane) === current) this.#lanes.delete(lane);
+        if (current.holders === 0 && current.linger === undefined) {
+          // Kept a little while: a claimer that takes the next hold at once (a Claim after each Ack) pays no subscribe and unsubscribe.
+          current.linger = setTimeout(() => {
+            current.linger = undefined;
+            if (current.holders > 0) return;
+            current.subscription?.unsubscribe();
+            current.subscription = undefined;
+            if (this.#lanes.get(lane) === current) this.#lanes.delete(lane);
+          }, LINGER_MS);
+          current.linger.unref();
         }
       },
     };
@@ -50,6 +60,7 @@ export class LaneWatchers {
 
   close(): void {
     for (const watch of this.#lanes.values()) {
+      clearTimeout(watch.linger);
       watch.subscription?.unsubscribe();
       for (const wake of watch.wakers) wake();
     }
@@ -115,4 +126,6 @@ interface LaneWatch {
   readonly wakers: Set<() => void>;
   subscription: Subscription | undefined;
   generation: number;
+  /** Ends the subscription LINGER_MS after the last hold was released, unless another is taken. */
+  linger: NodeJS.Timeout | undefined;
 }

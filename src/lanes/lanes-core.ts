@@ -2,6 +2,7 @@ import { CoreStartupError } from "../errors/core-error.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
+import type { GroupObservation } from "../observe/core-events.js";
 import { LaneError } from "./errors.js";
 import { LaneStore } from "./lane-store.js";
 import { LaneWatchers, type LaneHold } from "./lane-watcher.js";
@@ -73,6 +74,10 @@ export interface LanesCore {
   nack(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>;
   inspect(params: GroupTarget, signal?: AbortSignal): Promise<GroupInspection>;
   recover(params: RecoverParams, signal?: AbortSignal): Promise<RecoveryResult>;
+  /** The groups this process holds in memory, as last seen (no broker request): for metrics. */
+  observeGroups(): GroupObservation[];
+  /** Each lane's last sequence: one stream-info request per lane (the metrics collector bounds how often). */
+  lastSequences(): Promise<Map<string, number>>;
   /**
    * True while every connection the lanes use is up: the one they write
    * over (Laneway's own, or the configuration's broker) and the readers'.
@@ -172,6 +177,17 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
       nack: (params, signal) => groups.nack(params, signal),
       inspect: (params, signal) => groups.inspect(params, signal),
       recover: (params, signal) => groups.recover(params, signal),
+      observeGroups: () => groups.observe(),
+      async lastSequences() {
+        const last = new Map<string, number>();
+        await Promise.all(
+          [...namespace.streams].map(async ([lane, stream]) => {
+            const range = await store.range(stream).catch(() => undefined);
+            if (range !== undefined) last.set(lane, range.last);
+          }),
+        );
+        return last;
+      },
       get connected() {
         return broker.state === "connected" && readers?.state === "connected";
       },

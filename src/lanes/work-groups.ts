@@ -1,3 +1,4 @@
+import type { GroupObservation } from "../observe/core-events.js";
 import { randomBytes } from "node:crypto";
 import type { Logger } from "../log/logger.js";
 import { decodeEnvelope, recordOf, type Envelope } from "./envelope.js";
@@ -39,12 +40,14 @@ import type { LaneBounds, LaneRecord } from "./types.js";
  *   fairly: a process whose CAS lost starts following the group's key (a
  *   KV watch, so its cached state is fresh without a read after each
  *   conflict), tells the others on the group's signal subject, and retries
- *   on the state it was shown. A process told so lets each of its next
- *   writes wait, for a few milliseconds at most, until it has seen a write
- *   of another process: under sustained load the writers take turns, each
- *   write combining everything its process has queued, so every process's
- *   claimers make progress and the group's write rate is that of one
- *   process. Without contention nothing waits and nothing is watched.
+ *   on the state it was shown (usually there already: the watch delivers
+ *   the winning write as the broker refuses the losing one). Writes are
+ *   optimistic: nobody waits for a turn, and each write combines
+ *   everything its process has queued. Only a process that lost three
+ *   writes in a row says it is starving; then the others let each of
+ *   their next writes wait, for a few milliseconds at most, until they
+ *   have seen a write of another process. Without contention nothing waits
+ *   and nothing is watched.
  * - Capacity: the bucket's `ledger_bytes` is shared by every group of the
  *   namespace. A group's value can grow only to the worst-case size of its
  *   slots (every unfinished delivery at its widest, its completion-history
@@ -213,11 +216,11 @@ export const ADMISSIONS_KEY = "_admissions";
 /** Records a fresh-work scan reads from the stream per claim attempt, at most. */
 const SCAN_LIMIT = 512;
 /**
- * Records a read asks for beyond what the claims still want (at least 16,
+ * Records a read asks for beyond what the claims still want (at least 64,
  * and as many as they want): the work among them waits in the record cache
  * for the next claims (read-ahead), which then need no read of the lane.
  */
-const READ_AHEAD = 16;
+const READ_AHEAD = 64;
 /**
  * A record this process read is taken as still retained, without asking the
  * broker for the lane's range, while it is at least this far from the end
@@ -228,13 +231,17 @@ const RETAINED_MARGIN_MS = 2_000;
 /** The most records the record cache holds (and so the most work a read-ahead can list). */
 const RECORD_CACHE = 4_096;
 /**
- * How long a process told of contention waits, at most, for another
- * process's write before its own: 10 ms, doubled for each write the other
- * process lost in a row, at most 320 ms — so a process on a slow or busy
- * machine still gets its turn.
+ * Processes write a shared group optimistically: each writes at once on
+ * the state it holds (its watch keeps it fresh), and a lost CAS costs one
+ * retry on the state the watch showed. Only a process that lost
+ * STARVING_STREAK + 1 writes in a row says it is starving; then the others
+ * let each of their next writes wait until they have seen a write of
+ * another process, for YIELD_MS at most, doubled for each further loss in
+ * a row, at most YIELD_MAX_MS.
  */
-const YIELD_MS = 10;
-const YIELD_MAX_MS = 320;
+const STARVING_STREAK = 2;
+const YIELD_MS = 2;
+const YIELD_MAX_MS = 40;
 /** How long contention lasts after the last sign of it (a lost CAS, a signal). */
 const CONTENTION_WINDOW_MS = 250;
 /** How long a group's key is watched after the last sign of contention. */
@@ -452,6 +459,16 @@ export class WorkGroups {
     return new Promise<RecoveryResult>((resolve, reject) => this.#actor(lane, group).enqueue({ kind: "recover", request, settle: { resolve, reject, signal } }));
   }
 
+  /** Each group's state as this process last saw it, from memory (no broker request): for metrics. */
+  observe(): GroupObservation[] {
+    const observed: GroupObservation[] = [];
+    for (const actor of this.#actors.values()) {
+      const one = actor.observe();
+      if (one !== undefined) observed.push(one);
+    }
+    return observed;
+  }
+
   /** Stops every group's watch and the signal subscription. */
   close(): void {
     this.#closed = true;
@@ -604,11 +621,33 @@ class GroupActor {
   onSignal(streak: number): void {
     const c = this.#contention;
     const now = this.#now();
-    const wait = Math.min(YIELD_MAX_MS, YIELD_MS * 2 ** Math.min(Math.max(streak, 0), 10));
+    c.lastSeen = now;
+    // One loss is what optimistic writes cost: follow the group, do not wait.
+    if (streak < STARVING_STREAK) {
+      void this.#ensureWatch();
+      return;
+    }
+    const wait = Math.min(YIELD_MAX_MS, YIELD_MS * 2 ** Math.min(streak - STARVING_STREAK, 10));
     c.yieldMs = c.yieldUntil > now ? Math.max(c.yieldMs, wait) : wait;
     c.lastSeen = now;
     c.yieldUntil = now + CONTENTION_WINDOW_MS + c.yieldMs;
     void this.#ensureWatch();
+  }
+
+  /** The group's state as last seen, from memory only; undefined before it was first read. */
+  observe(): GroupObservation | undefined {
+    const cached = this.#cache;
+    if (cached === undefined) return undefined;
+    const now = this.#now();
+    let leases = 0;
+    let oldest: number | undefined;
+    for (const d of cached.ledger.deliveries) {
+      if (d.status === "leased" && d.dueAt > now) leases += 1;
+      // Deliveries are in sequence order, so the first whose record this process read is the oldest known.
+      oldest ??= this.#records.get(d.sequence)?.storedAt;
+    }
+    const unfinished = cached.ledger.deliveries.length;
+    return { lane: this.#lane, group: this.#group, leases, retriesWaiting: unfinished - leases, cursor: cached.ledger.cursor, unfinished, oldestUnfinishedStoredAt: oldest };
   }
 
   /** When the next lease ends or retry falls due, from the last state seen. */
@@ -673,7 +712,11 @@ class GroupActor {
     return this.#cache;
   }
 
-  async #apply(batch: Operation[]): Promise<void> {
+  async #apply(arrived: Operation[]): Promise<void> {
+    // Operations that arrived together are concurrent: any order is a valid
+    // one. Settlements go first, so that the acks travelling with a claim
+    // free the slots and leases it may take.
+    const batch = [...arrived.filter((op) => op.kind !== "claim"), ...arrived.filter((op) => op.kind === "claim")];
     const bounds = this.#namespace.config.bounds;
     const signal = anySignal(batch.map((op) => op.settle.signal));
     const claims = batch.filter((op) => op.kind === "claim");
@@ -1006,13 +1049,13 @@ class GroupActor {
 
   /**
    * How many records a read asks for beyond what the claims want: as many
-   * as they want (at least 16); eight times as many while another process
+   * as they want (at least 64); eight times as many while another process
    * works the group too, whose claims move the cursor past what this one
    * read (at most one scan, 512 records).
    */
   #readAheadFor(want: number, now: number): number {
     const contended = now - this.#contention.lastSeen < WATCH_IDLE_MS;
-    return contended ? Math.min(SCAN_LIMIT, 8 * want) : Math.max(READ_AHEAD, want);
+    return contended ? Math.min(SCAN_LIMIT, Math.max(READ_AHEAD, 8 * want)) : Math.max(READ_AHEAD, want);
   }
 
   /** Whether a record stored at `storedAt` is surely still retained now (see RETAINED_MARGIN_MS). */

@@ -33,14 +33,24 @@ export interface LoggerOptions {
   write?: (line: string) => void;
   /** Fields on every line. */
   fields?: LogFields;
+  /** `json` (default) or `text` for a person at a terminal (`LANEWAY_LOG_FORMAT`). */
+  format?: LogFormat;
 }
+
+/** How lines are written: one JSON object, or `time LEVEL message key=value ...`. */
+export type LogFormat = "json" | "text";
 
 export function createLogger(options: LoggerOptions = {}): Logger {
   const minimum = levelOrder[options.level ?? parseLevel(process.env.LANEWAY_LOG_LEVEL)];
   const write = options.write ?? ((line: string) => process.stderr.write(line));
+  const text = (options.format ?? (process.env.LANEWAY_LOG_FORMAT === "text" ? "text" : "json")) === "text";
   const make = (base: LogFields): Logger => {
     const emit = (level: LogLevel, message: string, fields?: LogFields) => {
       if (levelOrder[level] < minimum) return;
+      if (text) {
+        write(textLine(level, message, { ...base, ...fields }));
+        return;
+      }
       const line = { time: new Date().toISOString(), level, msg: message, ...base, ...fields };
       write(JSON.stringify(line) + "\n");
     };
@@ -53,6 +63,17 @@ export function createLogger(options: LoggerOptions = {}): Logger {
     };
   };
   return make(options.fields ?? {});
+}
+
+/** `2026-12-01T10:00:00.000Z INFO message key=value key="a value"`: values quoted when they hold spaces, quotes or `=`. */
+function textLine(level: LogLevel, message: string, fields: LogFields): string {
+  let line = `${new Date().toISOString()} ${level.toUpperCase().padEnd(5)} ${message}`;
+  for (const [key, value] of Object.entries(fields)) {
+    if (value === undefined) continue;
+    const shown = String(value);
+    line += ` ${key}=${shown === "" || /[\s"=\\]/.test(shown) ? JSON.stringify(shown) : shown}`;
+  }
+  return line + "\n";
 }
 
 /** A logger that writes nothing, for library use without a host logger. */

@@ -54,3 +54,4 @@ export { NATS_SERVER_BIN_ENV } from "./nats-server-binary.js";
 export { renderNatsConfig, type NatsConfig } from "./nats-config.js";
 export { adoptGlobalAccountStore } from "./jetstream-store.js";
 export { loadOrCreateServiceCredential, serviceAuthorization, type ServiceCredential } from "./service-credentials.js";
+export { bootBroker, type BootedBroker, type BrokerBootOptions, type BrokerPreparation } from "./broker-boot.js";

@@ -16,7 +16,9 @@ import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_p
  *   lease) is nacked, which schedules a retry with the group's backoff;
  * - claims are batched (ClaimBatch, long-polling when idle) up to the
  *   concurrency, and acks, nacks and renewals of many handlers are combined
- *   into batch calls;
+ *   into batch calls; a handler's slot is free again once it returns, so
+ *   the next claim travels with its ack (the server combines them into
+ *   one write of the group's state);
  * - `stop()` stops claiming, lets running handlers finish until their lease
  *   ends (or the given grace), aborts and nacks what is still running, and
  *   returns once every delivery is settled.
@@ -78,6 +80,8 @@ export class Participant {
   readonly #running = new Set<Running>();
   readonly #stopping = new AbortController();
   readonly #pending: Record<Settlement, { work: Work; done: (ok: boolean) => void }[]> = { ack: [], nack: [], renew: [] };
+  /** Settlements queued or in flight of handlers that returned. */
+  readonly #settling = new Set<Promise<void>>();
   #flushScheduled = false;
   #slotFreed: (() => void) | undefined;
   #loop: Promise<void> | undefined;
@@ -131,6 +135,8 @@ export class Participant {
       if (free <= 0) {
         await new Promise<void>((resolve) => (this.#slotFreed = resolve));
         this.#slotFreed = undefined;
+        // The acks of the handlers that just returned go out first (their flush is queued the same way).
+        await new Promise<void>((resolve) => setImmediate(resolve));
         continue;
       }
       let work: Work[];
@@ -151,6 +157,7 @@ export class Participant {
     }
     while (this.#running.size > 0) await new Promise<void>((resolve) => (this.#slotFreed = resolve));
     await this.#flush();
+    await Promise.all([...this.#settling]);
   }
 
   #start(work: Work): void {
@@ -192,9 +199,15 @@ export class Participant {
         clearTimeout(running.renewTimer);
         clearTimeout(running.endTimer);
       }
-      await this.#settle(outcome, work);
+      // The handler's slot is free once it returned: the next claim goes
+      // out while its ack is on the way, so that the server can combine
+      // both into one write of the group's state.
       this.#running.delete(running);
       this.stats.inFlight = this.#running.size;
+      const settled = this.#settle(outcome, work).then(() => {
+        this.#settling.delete(settled);
+      });
+      this.#settling.add(settled);
       this.#slotFreed?.();
     })();
   }

@@ -1,22 +1,13 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { createContextKey, type HandlerContext } from "@connectrpc/connect";
 import type { Secret } from "../config/index.js";
-import type { ErrorDomainSpec, MemberSecretResolver, PrincipalKind } from "./core-binding.js";
+import type { Authenticate, ErrorDomainSpec, Principal, PrincipalKind } from "./core-binding.js";
 import { lanewayError } from "./error-mapping.js";
 
-/**
- * Who is calling. The bearer token alone decides it: never a header other
- * than Authorization, a request field or a URI.
- *
- * - `project`: a configured project token; grants lane capabilities only.
- * - `operator`: `LANEWAY_ADMIN_TOKEN`; grants the Kmap and hive hub RPCs and
- *   no lane access.
- * - `member`: a hive member's invite secret; grants join and refresh.
- */
-export type Principal =
-  | { readonly kind: "project"; readonly project: string }
-  | { readonly kind: "operator" }
-  | { readonly kind: "member"; readonly memberId: string };
+export type { Principal } from "./core-binding.js";
+
+/** The server's own principal: the operator token. */
+export const OPERATOR: PrincipalKind = "operator";
 
 /** The authenticated principal of the current call, set by the request gate. */
 export const principalKey = createContextKey<Principal | undefined>(undefined, {
@@ -33,25 +24,15 @@ export interface ServiceAccess {
   readonly errors: ErrorDomainSpec;
 }
 
-const kindNames: Record<PrincipalKind, string> = {
-  project: "a project token",
-  operator: "the operator token",
-  member: "a hive member's invite secret",
-};
-
-/** The secrets the server knows, each bound to its principal, and what each service requires. */
+/** The secrets the server knows, who recognizes the others, and what each service requires. */
 export interface Credentials {
-  readonly projectTokens: ReadonlyMap<string, Secret>;
   readonly operatorToken?: Secret | undefined;
-  /** Absent until the swarm core is available. */
-  readonly members?: MemberSecretResolver | undefined;
+  /** Each opened core's `authenticate`, in the order of the bindings. */
+  readonly authenticators?: readonly Authenticate[];
+  /** Principal kind → how a message names its credential ("a project token"). */
+  readonly kinds?: ReadonlyMap<PrincipalKind, string>;
   /** Service type name → its requirement and error domain; a service not listed is refused. */
   readonly access?: ReadonlyMap<string, ServiceAccess>;
-}
-
-interface KnownToken {
-  readonly digest: Buffer;
-  readonly principal: Principal;
 }
 
 function digestOf(value: string): Buffer {
@@ -59,34 +40,47 @@ function digestOf(value: string): Buffer {
 }
 
 /**
- * Authenticates calls. Tokens are compared as SHA-256 digests with
- * `timingSafeEqual`, and every known token is compared on every call, so the
- * time taken reveals neither a token's prefix nor which token matched.
+ * An `authenticate` over a table of secrets (a core's configured tokens).
+ * Tokens are compared as SHA-256 digests with `timingSafeEqual`, and every
+ * secret is compared on every call, so the time taken reveals neither a
+ * token's prefix nor which token matched.
+ */
+export function secretAuthenticator(kind: PrincipalKind, secrets: ReadonlyMap<string, Secret>): (token: string) => Principal | undefined {
+  const known = [...secrets].map(([id, secret]) => ({ digest: digestOf(secret.reveal()), principal: Object.freeze({ kind, id }) }));
+  return (token) => {
+    const digest = digestOf(token);
+    let found: Principal | undefined;
+    for (const entry of known) {
+      if (timingSafeEqual(entry.digest, digest) && found === undefined) found = entry.principal;
+    }
+    return found;
+  };
+}
+
+/**
+ * Authenticates calls: the operator token, then every core's
+ * `authenticate`. Each is asked on every call, whichever recognizes the
+ * token, so the time taken does not say which principal a token is.
  */
 export class Authenticator {
-  private readonly known: readonly KnownToken[];
-  private readonly members: MemberSecretResolver | undefined;
+  private readonly operator: ((token: string) => Principal | undefined) | undefined;
+  private readonly authenticators: readonly Authenticate[];
+  private readonly kinds: ReadonlyMap<PrincipalKind, string>;
   private readonly access: ReadonlyMap<string, ServiceAccess>;
 
   constructor(credentials: Credentials) {
     this.access = credentials.access ?? new Map();
-    const known: KnownToken[] = [];
-    for (const [project, token] of credentials.projectTokens) {
-      known.push({ digest: digestOf(token.reveal()), principal: { kind: "project", project } });
-    }
-    if (credentials.operatorToken) {
-      known.push({ digest: digestOf(credentials.operatorToken.reveal()), principal: { kind: "operator" } });
-    }
-    this.known = known;
-    this.members = credentials.members;
+    this.operator = credentials.operatorToken ? secretAuthenticator(OPERATOR, new Map([["", credentials.operatorToken]])) : undefined;
+    this.authenticators = credentials.authenticators ?? [];
+    this.kinds = new Map([[OPERATOR, "the operator token"], ...(credentials.kinds ?? [])]);
   }
 
-  /** The project or operator principal of a token, if it is one. */
-  resolveToken(token: string): Principal | undefined {
-    const digest = digestOf(token);
-    let found: Principal | undefined;
-    for (const entry of this.known) {
-      if (timingSafeEqual(entry.digest, digest) && found === undefined) found = entry.principal;
+  /** The principal of a token, if any core (or the operator token) recognizes it. */
+  async resolveToken(token: string): Promise<Principal | undefined> {
+    let found = this.operator?.(token);
+    for (const authenticate of this.authenticators) {
+      const principal = await authenticate(token);
+      found ??= principal;
     }
     return found;
   }
@@ -103,25 +97,18 @@ export class Authenticator {
     const domain = access?.errors.domain ?? "server";
     if (access === undefined) throw lanewayError("forbidden", `${typeName} is not open to any caller`, domain);
     const required = access.principal;
-    if (required === "member" && this.members === undefined) {
-      throw lanewayError(
-        "unimplemented",
-        "hive membership is not available yet: join and refresh need the swarm membership core, which this version does not include",
-        domain,
-      );
-    }
     const token = bearerToken(ctx.requestHeader.get("authorization"), domain);
-    let principal = this.resolveToken(token);
-    if (principal === undefined && this.members !== undefined) {
-      const member = await this.members.resolveMember(token);
-      if (member) principal = { kind: "member", memberId: member.memberId };
-    }
+    const principal = await this.resolveToken(token);
     if (principal === undefined) throw lanewayError("unauthorized", "unknown bearer token", domain);
     if (principal.kind !== required) {
-      throw lanewayError("forbidden", `${kindNames[principal.kind]} cannot call ${typeName}: it needs ${kindNames[required]}`, domain);
+      throw lanewayError("forbidden", `${this.#named(principal.kind)} cannot call ${typeName}: it needs ${this.#named(required)}`, domain);
     }
     ctx.values.set(principalKey, principal);
   };
+
+  #named(kind: PrincipalKind): string {
+    return this.kinds.get(kind) ?? `a ${kind} credential`;
+  }
 }
 
 function bearerToken(header: string | null, domain: ErrorDomainSpec["domain"]): string {
@@ -134,11 +121,11 @@ function bearerToken(header: string | null, domain: ErrorDomainSpec["domain"]): 
 }
 
 /** The principal of the current call; the gate guarantees its kind. */
-export function principalOf<K extends PrincipalKind>(ctx: HandlerContext, kind: K): Extract<Principal, { kind: K }> {
+export function principalOf(ctx: HandlerContext, kind: PrincipalKind): Principal {
   const principal = ctx.values.get(principalKey);
   if (principal?.kind !== kind) {
     // Unreachable when the gate ran; refuse rather than act unauthenticated.
     throw lanewayError("unauthorized", "the call was not authenticated", "server");
   }
-  return principal as Extract<Principal, { kind: K }>;
+  return principal;
 }

@@ -1,16 +1,16 @@
 import type { DescService } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
-import type { Secret } from "../config/index.js";
+import type { Code, ServiceImpl } from "@connectrpc/connect";
 import type { ErrorDomain } from "../errors/core-error.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 import type { Logger } from "../log/logger.js";
-import type { BrokerConnection } from "../nats/index.js";
-import type { StartupConfig } from "../startup/index.js";
+import type { BrokerConnection, BrokerPreparation } from "../nats/index.js";
+import type { CoreSettings, StartupConfig } from "../startup/index.js";
+import type { PartHealth } from "./health.js";
 
 /**
  * The contract between the server and a core.
  *
- * Each core (lanes, swarm, kmap) is a library in its own folder that knows
+ * Each core is a library in its own folder that knows
  * nothing of Connect or HTTP. A binding, one file per core in
  * src/server/cores/, says what the server needs to serve it: the services it
  * offers and the principal each requires, its error domain, and how to open
@@ -21,10 +21,28 @@ import type { StartupConfig } from "../startup/index.js";
  */
 
 /**
- * Who may call a service: a project token, the operator token, a hive
- * member's invite secret, or anyone (health and reflection only).
+ * Who may call a service: `operator` (the server's own principal, the
+ * operator token), a kind a core's binding declares in `principals` and
+ * recognizes in `authenticate` (`project`, `member`), or — for health and
+ * reflection only, which are not a core's — anyone.
  */
-export type PrincipalKind = "project" | "operator" | "member";
+export type PrincipalKind = string;
+
+/**
+ * Who is calling. The bearer token alone decides it: never a header other
+ * than Authorization, a request field or a URI. `id` names who it is (a
+ * project, a member; empty for the operator).
+ */
+export interface Principal {
+  readonly kind: PrincipalKind;
+  readonly id: string;
+}
+
+/**
+ * Recognizes a bearer token as one of the core's principals, or not. It
+ * compares secrets in constant time, and never logs or echoes the token.
+ */
+export type Authenticate = (token: string) => Principal | undefined | Promise<Principal | undefined>;
 
 /** One service a core offers and the principal every call must present. */
 export interface ServiceRequirement {
@@ -33,33 +51,43 @@ export interface ServiceRequirement {
 }
 
 /**
- * A core's error domain: the name sent in `ErrorDetail.domain`, and the
- * reasons the core's specification uses for failures that do not come from
- * the core itself (a request that breaks the contract, a cancellation, a
- * deadline, the server shutting down). A failure without its own reason in
- * the domain gets the shared one (`invalid_argument`, `canceled`, …).
+ * A core's error domain: the name sent in `ErrorDetail.domain`; every reason
+ * the core gives its failures with the Connect code it answers (one row per
+ * reason: DESIGN.md's status table); and the reasons the core's
+ * specification uses for failures that do not come from the core itself (a
+ * request that breaks the contract, a cancellation, a deadline, the server
+ * shutting down). A failure without its own reason in the domain gets the
+ * server's shared one (`invalid_argument`, `canceled`, …).
  */
 export interface ErrorDomainSpec {
   readonly domain: ErrorDomain;
+  readonly reasons: Readonly<Record<string, Code>>;
   readonly fallbackReasons: Partial<Record<FallbackKind, string>>;
 }
 
 /** The kinds of failure a domain may give its own reason. */
 export type FallbackKind = "invalid" | "canceled" | "timeout" | "unavailable" | "capacity";
 
-/**
- * How a core reports health. `serving` and `not_serving` count towards the
- * server's overall status (`""`); `off` reports NOT_SERVING for the name but
- * leaves the overall status alone (a core that is not configured, or not in
- * this version).
- */
+/** How a core reports health (see `PartHealth` in health.ts). */
 export interface HealthReporter {
-  set(name: string, state: "serving" | "not_serving" | "off"): void;
+  set(name: string, state: PartHealth): void;
+}
+
+/** What a core may use to prepare the broker, before Laneway connects to it. */
+export interface BrokerPreparationContext {
+  readonly dataDir: string;
+  /** Demo mode: a core may create what its demo needs. */
+  readonly demo: boolean;
+  /** Whether Laneway starts the embedded nats-server (no --nats-url). */
+  readonly embedded: boolean;
+  readonly log: Logger;
 }
 
 /** What a core may use while it opens. */
 export interface CoreContext {
   readonly startup: StartupConfig;
+  /** What the binding's `settings.resolve` returned (undefined without settings). */
+  readonly settings: unknown;
   /** A logger whose lines carry `core: <name>`. */
   readonly log: Logger;
   /** Laneway's NATS connection (embedded or external). */
@@ -82,28 +110,25 @@ export function implement<S extends DescService>(service: S, impl: ServiceImpl<S
   return { service, impl: impl as unknown as Partial<ServiceImpl<DescService>> };
 }
 
-/** Resolves a hive member's invite secret; provided by the swarm core. */
-export interface MemberSecretResolver {
-  resolveMember(secret: string): Promise<{ memberId: string } | undefined>;
-}
-
 /** An opened core, as the server runs it. */
 export interface OpenCore {
   /** Handlers for every service the binding declares. */
   readonly implementations: readonly ServiceImplementation[];
   /**
-   * Settles with the error that ended the core at run time (the Kmap runtime
+   * Settles with the error that ended the core at run time (a command runtime
    * failing, for example); the server then stops and exits non-zero so that
    * a supervisor restarts it and recovery runs.
    */
   readonly fatal?: Promise<Error>;
-  /** Bearer tokens this core's configuration defines (the lanes' project tokens). */
-  readonly projectTokens?: ReadonlyMap<string, Secret>;
-  /** Resolves invite secrets of hive members (the swarm core). */
-  readonly members?: MemberSecretResolver;
+  /**
+   * Recognizes the bearer tokens of the principals the binding declares.
+   * Asked on every call to a service that needs a credential, whichever
+   * core the service belongs to.
+   */
+  readonly authenticate?: Authenticate;
   /**
    * Called once the listener accepts calls: work that may call this very
-   * server (the hive's lane participant, for one) starts here, not in `open`.
+   * server (a participant of this server's own services, for one) starts here, not in `open`.
    */
   listening?(): void;
   /** Releases everything the core holds; called once, after in-flight calls ended. */
@@ -112,11 +137,38 @@ export interface OpenCore {
 
 /** A core as the server knows it before and after opening it. */
 export interface CoreBinding {
-  /** Short name for logs and shutdown steps (`kmap`). */
+  /** Short name for logs and shutdown steps (also its folder under src/). */
   readonly name: string;
+  /** How a startup failure names the core: `<title> cannot start: <the core's message>`. */
+  readonly title: string;
   readonly errors: ErrorDomainSpec;
   readonly services: readonly ServiceRequirement[];
+  /**
+   * The principal kinds this core's `authenticate` recognizes, each with
+   * how a message names its credential (`project`: "a project token").
+   */
+  readonly principals?: Readonly<Record<PrincipalKind, string>>;
   /** Fault-injection pause point names the core may reach (tests only). */
   readonly pausePoints?: readonly string[];
+  /**
+   * The core's flags and variables and how they become its configuration
+   * (resolved before anything starts; `serve --help` and
+   * docs/operations.md list them). Its result is `CoreContext.settings`.
+   */
+  readonly settings?: CoreSettings;
+  /** One line for `laneway serve`'s startup banner: what the core serves with its settings. */
+  summary?(settings: unknown): string;
+  /**
+   * Prepares the broker before Laneway starts or connects to it (at most one
+   * core may): the embedded server's settings and listen address, and the
+   * credentials Laneway connects with. Undefined leaves the broker as it is.
+   */
+  prepareBroker?(context: BrokerPreparationContext): Promise<BrokerPreparation | undefined>;
+  /**
+   * Opens the core. A failure is reported one way for every core: a
+   * CoreStartupError (kept as it is), or a CoreError, which the server turns
+   * into one (`unavailable` when its reason's code is, `state_conflict`
+   * otherwise); `laneway serve` prints its message and exits 1 or 2.
+   */
   open(context: CoreContext): Promise<OpenCore>;
 }

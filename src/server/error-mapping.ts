@@ -1,19 +1,18 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { ErrorDetailSchema } from "../../gen/laneway/errors/v1/errors_pb.js";
 import { CoreError, type ErrorDomain } from "../errors/core-error.js";
-import type { KmapReason } from "../kmap/index.js";
-import type { LaneReason } from "../lanes/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import type { SwarmReason } from "../swarm/index.js";
 import type { ErrorDomainSpec, FallbackKind } from "./core-binding.js";
 
 /**
  * The one place where failures become Connect errors.
  *
  * Cores throw CoreErrors whose reason is the specification's
- * machine-readable code and whose message was written for callers. This
- * module gives each reason its Connect code from one table (DESIGN.md's
- * status table) and attaches a `laneway.errors.v1.ErrorDetail` with the
+ * machine-readable code and whose message was written for callers. Each
+ * core's binding declares its error domain: every reason it gives and the
+ * Connect code of each (DESIGN.md's status table). This module holds only
+ * the mechanism and the server's own reasons: it looks a reason up in its
+ * domain's table and attaches a `laneway.errors.v1.ErrorDetail` with the
  * reason and the domain, so a client can switch on the reason without
  * parsing text. Anything else — a driver, socket or SQLite error — becomes
  * `internal` with a fixed message: its text may hold an address, a path or a
@@ -34,34 +33,8 @@ export type ServerReason =
   | "resource_exhausted"
   | "message_too_large";
 
-export type Reason = LaneReason | KmapReason | SwarmReason | ServerReason;
-
-/** Every reason and its Connect code: one row per reason. */
-const reasonCodes: Readonly<Record<Reason, Code>> = {
-  // lanes (seed 000)
-  lane_invalid: Code.InvalidArgument,
-  lane_forbidden: Code.PermissionDenied,
-  lane_conflict: Code.Aborted,
-  lane_cursor: Code.Aborted,
-  lane_stale: Code.Aborted,
-  lane_capacity: Code.ResourceExhausted,
-  lane_canceled: Code.Canceled,
-  lane_unavailable: Code.Unavailable,
-  lane_timeout: Code.DeadlineExceeded,
-  // kmap (seed 004)
-  invalid_input: Code.InvalidArgument,
-  conflict: Code.Aborted,
-  backlog_full: Code.ResourceExhausted,
-  position_pruned: Code.Aborted,
-  // swarm (seed 003)
-  swarm_invalid: Code.InvalidArgument,
-  swarm_forbidden: Code.PermissionDenied,
-  swarm_conflict: Code.Aborted,
-  swarm_not_found: Code.NotFound,
-  swarm_unavailable: Code.Unavailable,
-  swarm_migration_incomplete: Code.Aborted,
-  swarm_unscoped: Code.PermissionDenied,
-  // every domain
+/** The server's reasons and their Connect codes; a domain's own table comes first. */
+const serverReasonCodes: Readonly<Record<ServerReason, Code>> = {
   unauthorized: Code.Unauthenticated,
   forbidden: Code.PermissionDenied,
   unimplemented: Code.Unimplemented,
@@ -85,16 +58,27 @@ const sharedFallbacks: Readonly<Record<FallbackKind, ServerReason>> = {
 };
 
 /** The domain of failures no core owns: health, reflection, unknown routes. */
-export const serverDomain: ErrorDomainSpec = { domain: "server", fallbackReasons: {} };
+export const serverDomain: ErrorDomainSpec = { domain: "server", reasons: {}, fallbackReasons: {} };
 
-/** The Connect code of a reason (internal for one the table does not know). */
-export function codeOfReason(reason: string): Code {
-  return reasonCodes[reason as Reason] ?? Code.Internal;
+/** The Connect code of a reason in a domain (internal for one neither its table nor the server's knows). */
+export function codeOfReason(spec: ErrorDomainSpec, reason: string): Code {
+  if (Object.hasOwn(spec.reasons, reason)) return spec.reasons[reason]!;
+  if (Object.hasOwn(serverReasonCodes, reason)) return serverReasonCodes[reason as ServerReason];
+  return Code.Internal;
 }
 
-/** Builds a ConnectError with the reason's code and an ErrorDetail. */
-export function lanewayError(reason: Reason, message: string, domain: ErrorDomain): ConnectError {
-  return new ConnectError(message, reasonCodes[reason], undefined, [{ desc: ErrorDetailSchema, value: { reason, domain } }]);
+/** Builds a ConnectError with one of the server's reasons, its code and an ErrorDetail. */
+export function lanewayError(reason: ServerReason, message: string, domain: ErrorDomain): ConnectError {
+  return detailed(message, serverReasonCodes[reason], reason, domain);
+}
+
+/** Builds a ConnectError with a reason of the domain, its code and an ErrorDetail. */
+export function domainError(spec: ErrorDomainSpec, reason: string, message: string): ConnectError {
+  return detailed(message, codeOfReason(spec, reason), reason, spec.domain);
+}
+
+function detailed(message: string, code: Code, reason: string, domain: ErrorDomain): ConnectError {
+  return new ConnectError(message, code, undefined, [{ desc: ErrorDetailSchema, value: { reason, domain } }]);
 }
 
 /** Codes a domain may give its own reason for failures that did not come from its core. */
@@ -131,13 +115,20 @@ function hasErrorDetail(error: ConnectError): boolean {
   return error.details.some((d) => ("desc" in d ? d.desc.typeName : d.type) === ErrorDetailSchema.typeName);
 }
 
-/** Translates any failure into the ConnectError a client receives. */
-export function toConnectError(error: unknown, spec: ErrorDomainSpec, log: Logger): ConnectError {
+/**
+ * Translates any failure into the ConnectError a client receives. `spec` is
+ * the domain of the service called; a core error of another domain is
+ * looked up in `domains`.
+ */
+export function toConnectError(error: unknown, spec: ErrorDomainSpec, log: Logger, domains?: ReadonlyMap<string, ErrorDomainSpec>): ConnectError {
   if (error instanceof CoreError) {
-    const reason = error.reason as Reason;
-    const code = reasonCodes[reason] ?? Code.Internal;
-    if (code === Code.Internal) log.error(`${error.domain} internal failure`, safeErrorFields(error.cause ?? error));
-    return lanewayError(code === Code.Internal ? "internal" : reason, error.message, error.domain);
+    const own = error.domain === spec.domain ? spec : domains?.get(error.domain);
+    const code = codeOfReason(own ?? serverDomain, error.reason);
+    if (code === Code.Internal) {
+      log.error(`${error.domain} internal failure`, safeErrorFields(error.cause ?? error));
+      return lanewayError("internal", error.message, error.domain);
+    }
+    return detailed(error.message, code, error.reason, error.domain);
   }
   if (error instanceof ConnectError) {
     if (hasErrorDetail(error)) return error;
@@ -170,7 +161,11 @@ function isAbortError(error: unknown): boolean {
  * being iterated — passes through `toConnectError`, in the error domain of
  * the service called.
  */
-export function errorMappingInterceptor(log: Logger, domainOf: (typeName: string) => ErrorDomainSpec): Interceptor {
+export function errorMappingInterceptor(
+  log: Logger,
+  domainOf: (typeName: string) => ErrorDomainSpec,
+  domains?: ReadonlyMap<string, ErrorDomainSpec>,
+): Interceptor {
   return (next) => async (req) => {
     const spec = domainOf(req.service.typeName);
     try {
@@ -183,12 +178,12 @@ export function errorMappingInterceptor(log: Logger, domainOf: (typeName: string
           try {
             yield* source;
           } catch (error) {
-            throw toConnectError(error, spec, log);
+            throw toConnectError(error, spec, log, domains);
           }
         })(),
       };
     } catch (error) {
-      throw toConnectError(error, spec, log);
+      throw toConnectError(error, spec, log, domains);
     }
   };
 }

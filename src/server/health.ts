@@ -150,6 +150,32 @@ export class HealthStatus {
 }
 
 /**
+ * How a part of the server is doing, as a core (or the broker connection)
+ * reports it. `serving` and `not_serving` count towards the server's overall
+ * status (`""`); `off` reports NOT_SERVING for the name but leaves the
+ * overall status alone (a core that is not enabled by configuration).
+ */
+export type PartHealth = "serving" | "not_serving" | "off";
+
+/**
+ * The roll-up of the parts' health into the registry: each part's name
+ * gets its own status, and `""` is SERVING exactly when every part that is
+ * not off serves.
+ */
+export class HealthRollup {
+  readonly #parts = new Map<string, PartHealth>();
+
+  constructor(readonly health: HealthStatus) {}
+
+  set(name: string, state: PartHealth): void {
+    this.#parts.set(name, state);
+    this.health.set(name, state === "serving" ? "SERVING" : "NOT_SERVING");
+    const counted = [...this.#parts.values()].filter((part) => part !== "off");
+    this.health.set("", counted.every((part) => part === "serving") ? "SERVING" : "NOT_SERVING");
+  }
+}
+
+/**
  * Register `grpc.health.v1.Health` on `router`, answering from `health`.
  *
  * Check of an unregistered name fails with NOT_FOUND, as the spec requires;

@@ -1,32 +1,24 @@
 import { setMaxListeners } from "node:events";
 import { readFileSync } from "node:fs";
 import { mkdir } from "node:fs/promises";
-import { join } from "node:path";
 import type { DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { file_laneway_errors_v1_errors } from "../../gen/laneway/errors/v1/errors_pb.js";
+import { CoreError, CoreStartupError } from "../errors/core-error.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
-import {
-  adoptGlobalAccountStore,
-  BrokerConnection,
-  loadOrCreateServiceCredential,
-  logBrokerState,
-  serviceAuthorization,
-  SupervisedNatsServer,
-  type SupervisedNatsServerOptions,
-} from "../nats/index.js";
-import { hiveBrokerSetup } from "../swarm/index.js";
+import { bootBroker, logBrokerState, type BrokerConnection, type SupervisedNatsServer } from "../nats/index.js";
 import type { StartupConfig } from "../startup/index.js";
 import { contractValidator } from "../validation/contract-validator.js";
 import { Authenticator, type ServiceAccess } from "./auth.js";
-import type { CoreBinding, MemberSecretResolver, OpenCore } from "./core-binding.js";
+import type { CoreBinding, OpenCore } from "./core-binding.js";
 import { coreBindings } from "./cores/index.js";
-import { errorMappingInterceptor, invalidReason, lanewayError, serverDomain } from "./error-mapping.js";
-import { HealthStatus, healthRoutes } from "./health.js";
+import { codeOfReason, errorMappingInterceptor, invalidReason, lanewayError, serverDomain } from "./error-mapping.js";
+import { HealthRollup, HealthStatus, healthRoutes } from "./health.js";
 import { DualProtocolListener } from "./listener.js";
+import { openObservation } from "./services/observe/index.js";
 import { reflectionRoutes } from "./reflection.js";
 import { lanewayNodeAdapter } from "./wire/node-adapter.js";
 
@@ -84,7 +76,7 @@ export class LanewayServer {
   readonly natsSyncAlways: boolean | undefined;
   /**
    * Settles with the error that ended a core the server cannot run without
-   * (the Kmap command runtime), or with the embedded nats-server's when it
+   * (a command runtime), or with the embedded nats-server's when it
    * cannot be restarted; the owner should close the server and exit
    * non-zero so that a supervisor restarts it and the restart recovers.
    */
@@ -139,75 +131,29 @@ export class LanewayServer {
 
     const started: { close(): Promise<unknown> }[] = [];
     try {
-      let embedded: SupervisedNatsServer | undefined;
-      let servers = server.natsServers;
-      let credentialsFile = server.natsCredentialsFile;
-      // With the hive enabled (`laneway hive init`; demo mode enables it),
-      // NATS runs in operator mode and Laneway connects as a service user
-      // of its own account, which no hive member can reach.
-      const hive = await hiveBrokerSetup(server.dataDir, { initialize: server.demo && servers === undefined });
-      if (servers !== undefined && credentialsFile === undefined && hive) credentialsFile = hive.lanewayCredentialsFile;
-      if (servers === undefined) {
-        const storeDir = join(server.dataDir, "nats");
-        await mkdir(storeDir, { recursive: true, mode: 0o700 });
-        let supervision: Omit<SupervisedNatsServerOptions, "log">;
-        if (hive) {
-          if (await adoptGlobalAccountStore(storeDir, hive.lanewayAccount)) log.info("the JetStream store moved into Laneway's own account for the hive's operator mode");
-          credentialsFile = hive.lanewayCredentialsFile;
-          const resolverDir = join(storeDir, "jwt");
-          supervision = {
-            server: { storeDir, binary: server.natsServerBin, host: hive.listen.host, port: hive.listen.port, extraConfig: await hive.config(resolverDir) },
-            // A restart preloads the accounts as they are then (revocations included).
-            refresh: async () => ({ extraConfig: await hive.config(resolverDir) }),
-          };
-        } else {
-          // Only Laneway may reach its embedded broker: it admits one nkey
-          // user, whose seed Laneway keeps in the data directory (mode 0600).
-          const credential = await loadOrCreateServiceCredential(join(storeDir, "laneway-service.nk"));
-          credentialsFile = credential.seedPath;
-          supervision = { server: { storeDir, binary: server.natsServerBin, extraConfig: { authorization: serviceAuthorization(credential) } } };
-        }
-        // Both modes: restarted on the same store and port if it exits.
-        embedded = await SupervisedNatsServer.start({ ...supervision, log: log.child({ component: "embedded-nats" }) });
-        started.push({ close: () => embedded!.stop() });
-        servers = [embedded.url];
+      // At most one core prepares the broker (operator mode, for one).
+      const preparations = [];
+      for (const binding of bindings) {
+        const preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) });
+        if (preparation) preparations.push({ core: binding.name, preparation });
       }
-      if (embedded !== undefined) {
-        if (!embedded.syncAlways) {
-          log.warn("the installed nats-server acknowledges JetStream writes before fsync; a power failure can lose acknowledged records", {
-            natsServerVersion: embedded.serverVersion,
-          });
-        }
-      }
-      const broker = await BrokerConnection.open({
-        servers,
-        ...(credentialsFile ? { credentialsFile } : {}),
-        name: "laneway",
-        // The embedded server is ours and already up; an external one may
-        // come later, and health reports it meanwhile.
-        initialConnect: embedded ? "fail" : "retry",
-        ...(embedded ? { explainDisconnect: (clientId: number | undefined) => embedded!.disconnectReason(clientId) } : {}),
+      if (preparations.length > 1) throw new Error(`more than one core prepares the broker: ${preparations.map((p) => p.core).join(", ")}`);
+      const { broker, embedded } = await bootBroker({
+        dataDir: server.dataDir,
+        servers: server.natsServers,
+        credentialsFile: server.natsCredentialsFile,
+        serverBin: server.natsServerBin,
+        preparation: preparations[0]?.preparation,
+        log,
       });
+      if (embedded) started.push({ close: () => embedded.stop() });
       started.push({ close: () => broker.close() });
 
       const health = new HealthStatus();
-      const coreHealth = new Map<string, "serving" | "not_serving" | "off">();
-      const refreshOverall = () => {
-        const counted = [...coreHealth.values()].filter((state) => state !== "off");
-        const serving = broker.state === "connected" && counted.every((state) => state === "serving");
-        health.set("", serving ? "SERVING" : "NOT_SERVING");
-      };
-      const reporter = {
-        set(name: string, state: "serving" | "not_serving" | "off") {
-          coreHealth.set(name, state);
-          health.set(name, state === "serving" ? "SERVING" : "NOT_SERVING");
-          refreshOverall();
-        },
-      };
-      const refreshBroker = () => {
-        health.set(NATS_HEALTH_NAME, broker.state === "connected" ? "SERVING" : "NOT_SERVING");
-        refreshOverall();
-      };
+      const reporter = new HealthRollup(health);
+      const refreshBroker = () => reporter.set(NATS_HEALTH_NAME, broker.state === "connected" ? "serving" : "not_serving");
+      const observe = openObservation({ broker, log });
+      started.push({ close: async () => observe.close() });
       logBrokerState(broker, log);
       broker.onStateChange(refreshBroker);
       refreshBroker();
@@ -218,17 +164,23 @@ export class LanewayServer {
       // Aborted first on shutdown: server streams end cleanly.
       const drain = new AbortController();
       setMaxListeners(0, drain.signal);
+      drain.signal.addEventListener("abort", () => observe.close(), { once: true });
 
       const cores: { name: string; core: OpenCore }[] = [];
       for (const binding of bindings) {
-        const core = await binding.open({
-          startup,
-          log: log.child({ core: binding.name }),
-          broker,
-          drain: drain.signal,
-          health: reporter,
-          pausePoints: options.pausePoints ?? noPausePoints,
-        });
+        const core = await binding
+          .open({
+            startup,
+            settings: startup.cores.get(binding.name),
+            log: log.child({ core: binding.name }),
+            broker,
+            drain: drain.signal,
+            health: reporter,
+            pausePoints: options.pausePoints ?? noPausePoints,
+          })
+          .catch((error: unknown) => {
+            throw startupFailure(binding, error);
+          });
         cores.push({ name: binding.name, core });
         started.push({ close: () => core.close() });
       }
@@ -237,9 +189,12 @@ export class LanewayServer {
       for (const binding of bindings) {
         for (const { service, principal } of binding.services) access.set(service.typeName, { principal, errors: binding.errors });
       }
-      const projectTokens = new Map(cores.flatMap(({ core }) => [...(core.projectTokens ?? new Map())]));
-      const members: MemberSecretResolver | undefined = cores.find(({ core }) => core.members)?.core.members;
-      const authenticator = new Authenticator({ projectTokens, operatorToken: server.adminToken, members, access });
+      const authenticator = new Authenticator({
+        operatorToken: server.adminToken,
+        authenticators: cores.flatMap(({ core }) => (core.authenticate ? [core.authenticate] : [])),
+        kinds: new Map(bindings.flatMap((b) => Object.entries(b.principals ?? {}))),
+        access,
+      });
 
       // The first core to fail at run time, or an embedded broker that
       // cannot be restarted, ends the server.
@@ -274,8 +229,9 @@ export class LanewayServer {
       };
       const handler = lanewayNodeAdapter({
         routes,
-        interceptors: [errorMappingInterceptor(log, domainOf), createValidateInterceptor({ validator: contractValidator })],
-        requestGate: gate,
+        interceptors: [observe.calls.interceptor, errorMappingInterceptor(log, domainOf, new Map(bindings.map((b) => [b.errors.domain, b.errors]))), createValidateInterceptor({ validator: contractValidator })],
+        requestGate: observe.calls.gate(gate),
+        observeRequest: observe.noteRequest,
         shutdownSignal: shutdown.signal,
         limits: server.wire,
         log,
@@ -289,7 +245,7 @@ export class LanewayServer {
       if (maxConnections < server.wire.maxConnections) {
         log.warn("the process may open too few files for --max-connections; the connection cap is lowered", { maxConnections });
       }
-      const listener = new DualProtocolListener(handler, { ...server.wire, maxConnections });
+      const listener = new DualProtocolListener(observe.routes(handler), { ...server.wire, maxConnections });
       const address = await listener.listen(server.listen.host, server.listen.port);
       const host = address.family === "IPv6" ? `[${address.address}]` : address.address;
       for (const { name, core } of cores) {
@@ -324,7 +280,7 @@ export class LanewayServer {
    * Graceful shutdown: report NOT_SERVING and end health watches and the
    * cores' server streams, stop accepting connections, let in-flight calls
    * finish until the shutdown timeout (then cancel them), close the cores in
-   * reverse order (the Kmap runtime stops after the command it is applying
+   * reverse order (a command runtime stops after the command it is applying
    * and closes SQLite), close NATS, stop the embedded nats-server.
    * Safe to call more than once.
    */
@@ -361,6 +317,13 @@ export class LanewayServer {
     }
     return { ok: steps.every((s) => s.ok), steps };
   }
+}
+
+/** A core's failure to open, as every core reports it (see `CoreBinding.open`). */
+function startupFailure(binding: CoreBinding, error: unknown): unknown {
+  if (error instanceof CoreStartupError || !(error instanceof CoreError)) return error;
+  const kind = codeOfReason(binding.errors, error.reason) === Code.Unavailable ? "unavailable" : "state_conflict";
+  return new CoreStartupError(binding.errors.domain, kind, `${binding.title} cannot start: ${error.message}`, { cause: error });
 }
 
 /**

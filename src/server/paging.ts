@@ -6,7 +6,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
  *
  * A token that is not one this server returned is an invalid argument; the
  * error mapping gives it the invalid reason of the service's domain
- * (`invalid_input` for Kmap, `lane_invalid` for lanes).
+ * (each domain's own invalid reason).
  */
 export const DEFAULT_PAGE_SIZE = 100;
 

@@ -12,4 +12,4 @@ export {
   ensureDemoSetup,
   type DemoSetup,
 } from "./demo-setup.js";
-export { loadStartupConfig, type StartupConfig } from "./startup-config.js";
+export { loadStartupConfig, type CoreSettings, type SettingsContext, type StartupConfig, type StartupOptions } from "./startup-config.js";

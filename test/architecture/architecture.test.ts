@@ -14,6 +14,28 @@ import { importCycles, readImportGraph } from "./import-graph.js";
 const graph = readImportGraph(repoRoot, "src");
 const folderOf = (file: string) => file.split("/")[1]!;
 
+/**
+ * Files outside src/server/cores and src/server/services that still import
+ * a core, each for a reason: the demo writes the lanes core's example
+ * configuration; the client verifies a Kmap transaction's signature with the
+ * core's canonical bytes; the CLI's offline commands (the grant check, the
+ * lanes permissions) run a core's code without a server.
+ */
+const importersOfCores = {
+  startup: ["lanes"],
+  client: ["kmap"],
+  files: ["src/startup/demo-setup.ts", "src/client/verify-transaction.ts"],
+  folders: ["src/cli/"],
+};
+
+/** The cores, from the binding list: each is a folder of src/ with the binding's name. */
+const cores = coreBindings.map((b) => b.name);
+
+/** What a core may import: the layers below it (and, for a core that needs one, the extra of `coreExtras`). */
+const coreLayers = ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation", "observe"];
+/** The swarm core's hive lane adapter joins a lane through the participant library, over the generated client. */
+const coreExtras: Record<string, readonly string[]> = { swarm: ["participant"] };
+
 /** What each folder of src/ may import from the others. */
 const allowed: Record<string, readonly string[]> = {
   log: [],
@@ -23,14 +45,13 @@ const allowed: Record<string, readonly string[]> = {
   "fault-injection": ["config"],
   nats: ["log"],
   validation: [],
-  kmap: ["errors", "log", "encoding", "config", "fault-injection", "validation"],
-  lanes: ["errors", "log", "encoding", "config", "nats", "fault-injection", "validation"],
-  swarm: ["errors", "log", "encoding", "config", "nats", "fault-injection", "participant"],
-  startup: ["config", "lanes", "log"],
-  client: ["kmap"],
-  server: ["errors", "log", "config", "startup", "nats", "kmap", "lanes", "swarm", "validation", "fault-injection", "client"],
+  observe: [],
+  ...Object.fromEntries(cores.map((core) => [core, [...coreLayers, ...(coreExtras[core] ?? [])]])),
+  startup: ["config", "log", ...importersOfCores.startup],
+  client: [...importersOfCores.client],
+  server: ["errors", "log", "config", "startup", "nats", "validation", "fault-injection", "client", "observe", ...cores],
   participant: [],
-  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "swarm", "lanes", "encoding"],
+  cli: ["config", "startup", "server", "client", "log", "nats", "fault-injection", "errors", "participant", "encoding", ...cores],
 };
 
 test("src/ has no import loop", () => {
@@ -54,7 +75,7 @@ test("each folder of src/ imports only the layers below it", () => {
 test("the cores hold no Connect or HTTP types", () => {
   const violations: string[] = [];
   for (const [file, specifiers] of graph.specifiers) {
-    if (!["kmap", "lanes", "swarm"].includes(folderOf(file))) continue;
+    if (!cores.includes(folderOf(file))) continue;
     for (const s of specifiers) {
       if (s.startsWith("@connectrpc/") || s === "node:http" || s === "node:http2") violations.push(`${file} imports ${s}`);
     }
@@ -66,7 +87,7 @@ test("outside a core, only its index (its internal entry for the server binding,
   const violations: string[] = [];
   for (const [file, targets] of graph.edges) {
     for (const target of targets) {
-      const core = ["kmap", "lanes", "swarm", "nats", "startup"].find((c) => target.startsWith(`src/${c}/`));
+      const core = [...cores, "nats", "startup"].find((c) => target.startsWith(`src/${c}/`));
       if (core === undefined || file.startsWith(`src/${core}/`)) continue;
       const entry =
         target === `src/${core}/index.ts` ||
@@ -89,12 +110,38 @@ test("the error mapping has no per-core chain: one CoreError check and one reaso
   expect(checks).toEqual(["CoreError", "ConnectError", "Error"]);
 });
 
-test("every core binding names its services, their principals and its error domain", () => {
+test("only src/server/cores/** and src/server/services/** import a core (and the few files named above)", () => {
+  const violations: string[] = [];
+  for (const [file, targets] of graph.edges) {
+    if (cores.includes(folderOf(file))) continue;
+    if (file.startsWith("src/server/cores/") || file.startsWith("src/server/services/")) continue;
+    if (importersOfCores.files.includes(file) || importersOfCores.folders.some((f) => file.startsWith(f))) continue;
+    for (const target of targets) if (cores.includes(folderOf(target))) violations.push(`${file} imports ${target}`);
+  }
+  expect(violations).toEqual([]);
+});
+
+test("no core is named in src/server outside cores/ and services/, in src/config or in src/errors", () => {
+  const named = new RegExp(`\\b(${[...cores, "hive"].join("|")})`, "i");
+  const violations: string[] = [];
+  for (const file of graph.edges.keys()) {
+    const shared = (file.startsWith("src/server/") && !file.startsWith("src/server/cores/") && !file.startsWith("src/server/services/")) || file.startsWith("src/config/") || file.startsWith("src/errors/");
+    if (!shared) continue;
+    readFileSync(join(repoRoot, file), "utf8")
+      .split("\n")
+      .forEach((line, i) => {
+        if (named.test(line)) violations.push(`${file}:${i + 1}: ${line.trim()}`);
+      });
+  }
+  expect(violations).toEqual([]);
+});
+
+test("every core binding names its services, their principals and its error domain; each core is a folder of src/", () => {
   const services = coreBindings.flatMap((b) => b.services.map((s) => s.service.typeName));
   expect(new Set(services).size).toBe(services.length);
-  expect(coreBindings.map((b) => [b.name, b.errors.domain])).toEqual([
-    ["lanes", "lanes"],
-    ["swarm", "swarm"],
-    ["kmap", "kmap"],
-  ]);
+  for (const binding of coreBindings) {
+    expect(binding.errors.domain).toBe(binding.name);
+    expect([...graph.edges.keys()]).toContain(`src/${binding.name}/index.ts`);
+    for (const { principal } of binding.services) expect(principal === "operator" || Object.hasOwn(binding.principals ?? {}, principal), principal).toBe(true);
+  }
 });

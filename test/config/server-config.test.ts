@@ -1,8 +1,10 @@
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { loadServerConfig, Secret, ServerConfigError, type Env } from "../../src/config/index.js";
+import { loadServerConfig, Secret, SERVER_SETTINGS, ServerConfigError, type Env } from "../../src/config/index.js";
+import { coreSettings } from "../../src/server/cores/index.js";
+import { kmapBinding, type KmapSettings } from "../../src/server/cores/kmap.js";
 
 const work = mkdtempSync(join(tmpdir(), "laneway-server-config-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -18,7 +20,16 @@ chmodSync(notExecutable, 0o644);
 const ADMIN = "admin-token-0123456789abcdef0123456789abcdef";
 const URL_SECRET = "pw-in-url";
 
-const load = (argv: string[], env: Env = {}) => loadServerConfig(argv, env, { cwd: work });
+// The server's settings and every core's, as `laneway serve` parses them.
+const settings = coreSettings.flatMap((core) => core.declarations);
+const load = (argv: string[], env: Env = {}) => loadServerConfig(argv, env, { cwd: work, settings });
+
+/** The Kmap core's backlog bound, as its binding resolves it from the parsed settings. */
+async function kmapMaxPending(argv: string[], env: Env = {}): Promise<number> {
+  const server = load(argv, env);
+  const resolved = await kmapBinding.settings!.resolve(server.declared, { env, cwd: work, server, demo: undefined });
+  return (resolved as KmapSettings).maxPending;
+}
 
 function failure(argv: string[], env: Env = {}): ServerConfigError {
   try {
@@ -43,12 +54,11 @@ describe("defaults", () => {
       natsCredentialsFile: undefined,
       natsServerBin: "/usr/sbin/nats-server",
       replicas: 1,
-      lanesConfigPath: undefined,
       demo: false,
       shutdownTimeoutMs: 10_000,
       adminToken: undefined,
       wire: { maxRequestBytes: 16_777_216, maxConnections: 1024, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, idleTimeoutMs: 30_000 },
-      kmapMaxPending: 10_000,
+      declared: new Map(),
     });
     expect(Object.isFrozen(config)).toBe(true);
     expect(Object.isFrozen(config.listen)).toBe(true);
@@ -81,10 +91,10 @@ describe("precedence: flags > env > defaults", () => {
       natsCredentialsFile: creds,
       natsServerBin: fakeBin,
       replicas: 3,
-      lanesConfigPath: join(work, "env-lanes.json"),
       demo: true,
       shutdownTimeoutMs: 30_000,
     });
+    expect(config.declared.get("lanes-config")).toEqual({ value: "env-lanes.json", source: "LANEWAY_LANES_CONFIG" });
     expect(config.adminToken).toBeInstanceOf(Secret);
     expect(config.adminToken?.equals(ADMIN)).toBe(true);
   });
@@ -111,10 +121,10 @@ describe("precedence: flags > env > defaults", () => {
       natsCredentialsFile: creds,
       natsServerBin: "nats-server",
       replicas: 5,
-      lanesConfigPath: "/etc/laneway/lanes.json",
       demo: false,
       shutdownTimeoutMs: 90_000,
     });
+    expect(config.declared.get("lanes-config")).toEqual({ value: "/etc/laneway/lanes.json", source: "--lanes-config" });
   });
 
   test("--demo turns demo on whatever LANEWAY_DEMO says", () => {
@@ -243,10 +253,11 @@ describe("wire limits", () => {
 });
 
 describe("Kmap backlog bound", () => {
-  test("--kmap-max-pending and LANEWAY_KMAP_MAX_PENDING set it; the flag wins", () => {
-    expect(load(["--kmap-max-pending", "25"]).kmapMaxPending).toBe(25);
-    expect(load([], { LANEWAY_KMAP_MAX_PENDING: "7" }).kmapMaxPending).toBe(7);
-    expect(load(["--kmap-max-pending", "1"], { LANEWAY_KMAP_MAX_PENDING: "7" }).kmapMaxPending).toBe(1);
+  test("--kmap-max-pending and LANEWAY_KMAP_MAX_PENDING set it; the flag wins", async () => {
+    expect(await kmapMaxPending([])).toBe(10_000);
+    expect(await kmapMaxPending(["--kmap-max-pending", "25"])).toBe(25);
+    expect(await kmapMaxPending([], { LANEWAY_KMAP_MAX_PENDING: "7" })).toBe(7);
+    expect(await kmapMaxPending(["--kmap-max-pending", "1"], { LANEWAY_KMAP_MAX_PENDING: "7" })).toBe(1);
   });
 
   test.each([
@@ -254,7 +265,24 @@ describe("Kmap backlog bound", () => {
     [["--kmap-max-pending", "-3"], "--kmap-max-pending needs a value (write --kmap-max-pending=VALUE for a value starting with \"-\")"],
     [["--kmap-max-pending", "many"], "--kmap-max-pending must be an integer from 1 to 10000000"],
     [["--kmap-max-pending", "20000000"], "--kmap-max-pending must be an integer from 1 to 10000000, got 20000000"],
-  ])("%j is refused: %s", (argv, message) => {
-    expect(failure(argv).message).toBe(message);
+  ])("%j is refused: %s", async (argv, message) => {
+    const error = await kmapMaxPending(argv).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ServerConfigError);
+    expect((error as Error).message).toBe(message);
+    for (const secret of [ADMIN, URL_SECRET, creds]) expect((error as Error).message).not.toContain(secret);
+  });
+});
+
+describe("every setting is documented", () => {
+  test("docs/operations.md's settings tables name every flag and variable the server and the cores declare, and no other", () => {
+    const doc = readFileSync(join(import.meta.dirname, "../../docs/operations.md"), "utf8");
+    const documented = new Set([...doc.matchAll(/^\| (?:`--([a-z-]+)`|—) \| `([A-Z0-9_]+)(?:=1)?`/gm)].map((m) => m[1] ?? m[2]));
+    const listed = [...doc.matchAll(/^\| `([A-Z][A-Z0-9_]+)`(?:, `([A-Z][A-Z0-9_]+)`)*/gm)].flatMap((m) => m[0].match(/[A-Z][A-Z0-9_]+/g) ?? []);
+    for (const setting of [...SERVER_SETTINGS, ...settings]) {
+      if (setting.flag !== undefined) expect(documented, `--${setting.flag}`).toContain(setting.flag);
+      else expect(listed, setting.env).toContain(setting.env);
+    }
+    const declaredFlags = new Set([...SERVER_SETTINGS, ...settings].flatMap((s) => (s.flag === undefined ? [] : [s.flag])));
+    for (const flag of [...doc.matchAll(/^\| `--([a-z-]+)`/gm)].map((m) => m[1]!)) expect(declaredFlags, `--${flag} in the docs`).toContain(flag);
   });
 });

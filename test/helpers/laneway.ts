@@ -16,6 +16,7 @@ import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createLanewayTransport, type WireProtocol } from "../../src/client/transport.js";
 import { exampleLanesConfig } from "../../src/lanes/index.js";
+import { coreSettings } from "../../src/server/cores/index.js";
 import { loadStartupConfig } from "../../src/startup/index.js";
 import { createLogger } from "../../src/log/logger.js";
 import { LanewayServer, type ShutdownReport } from "../../src/server/laneway-server.js";
@@ -126,7 +127,7 @@ export interface InProcessLaneway {
 export async function startLanewayInProcess(options: LanewayTestOptions = {}): Promise<InProcessLaneway> {
   const prepared = await prepare(options);
   const logs: string[] = [];
-  const startup = await loadStartupConfig(prepared.args, { ...prepared.env });
+  const startup = await loadStartupConfig(prepared.args, { ...prepared.env }, { cores: coreSettings });
   const server = await LanewayServer.start({
     startup,
     logger: createLogger({ level: "debug", write: (line) => logs.push(line) }),

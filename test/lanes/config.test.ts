@@ -15,7 +15,7 @@ import {
   type LanesConfig,
 } from "../../src/lanes/index.js";
 import { DEMO_LANES_CONFIG } from "../../src/startup/index.js";
-import { Authenticator } from "../../src/server/auth.js";
+import { Authenticator, secretAuthenticator } from "../../src/server/auth.js";
 
 // Distinct, valid tokens (>= 32 bytes). Every failing case runs with these
 // present and asserts none of them appears in the message.
@@ -699,12 +699,12 @@ describe("the loaded configuration", () => {
     });
   });
 
-  test("the server's authenticator maps a presented token to its project, and nothing else", () => {
-    const authenticator = new Authenticator({ projectTokens: config.tokens });
-    expect(authenticator.resolveToken(BEACON)).toEqual({ kind: "project", project: "beacon" });
-    expect(authenticator.resolveToken(ATLAS)).toEqual({ kind: "project", project: "atlas" });
-    expect(authenticator.resolveToken(ADMIN)).toBeUndefined();
-    expect(authenticator.resolveToken(ATLAS.slice(0, -1))).toBeUndefined();
-    expect(authenticator.resolveToken("")).toBeUndefined();
+  test("the server's authenticator maps a presented token to its project, and nothing else", async () => {
+    const authenticator = new Authenticator({ authenticators: [secretAuthenticator("project", config.tokens)] });
+    expect(await authenticator.resolveToken(BEACON)).toEqual({ kind: "project", id: "beacon" });
+    expect(await authenticator.resolveToken(ATLAS)).toEqual({ kind: "project", id: "atlas" });
+    expect(await authenticator.resolveToken(ADMIN)).toBeUndefined();
+    expect(await authenticator.resolveToken(ATLAS.slice(0, -1))).toBeUndefined();
+    expect(await authenticator.resolveToken("")).toBeUndefined();
   });
 });

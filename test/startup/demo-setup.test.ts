@@ -5,7 +5,12 @@ import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { EnvFileError, formatEnvFile, parseEnvFile, readEnvFile } from "../../src/config/index.js";
 import { exampleLanesConfig, LanesConfigError, parseLanesConfig } from "../../src/lanes/index.js";
-import { DEMO_LANES_CONFIG, DemoSetupError, ensureDemoSetup, loadStartupConfig } from "../../src/startup/index.js";
+import { coreSettings } from "../../src/server/cores/index.js";
+import type { LanesSettings } from "../../src/server/cores/lanes.js";
+import { DEMO_LANES_CONFIG, DemoSetupError, ensureDemoSetup, loadStartupConfig, type StartupConfig } from "../../src/startup/index.js";
+
+/** The lanes core's resolved settings. */
+const lanesOf = (startup: StartupConfig) => startup.cores.get("lanes") as LanesSettings;
 
 const work = mkdtempSync(join(tmpdir(), "laneway-demo-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -161,29 +166,29 @@ describe("loadStartupConfig", () => {
     const cwd = join(work, `startup-${++counter}`);
     const env = { PATH: "/usr/bin", LANEWAY_DATA_DIR: "state" };
     const before = { ...process.env };
-    const startup = await loadStartupConfig(["--demo"], env, { cwd });
+    const startup = await loadStartupConfig(["--demo"], env, { cwd, cores: coreSettings });
     expect(process.env).toEqual(before);
     expect(startup.demo?.dataDir).toBe(join(cwd, "state"));
-    expect(startup.lanesConfigPath).toBe(join(cwd, "state", "lanes.json"));
-    expect(startup.lanes?.namespace).toBe("demo");
+    expect(lanesOf(startup).path).toBe(join(cwd, "state", "lanes.json"));
+    expect(lanesOf(startup).config?.namespace).toBe("demo");
     expect(startup.server.adminToken?.equals(startup.demo?.env.LANEWAY_ADMIN_TOKEN as string)).toBe(true);
-    expect(startup.lanes?.tokens.get("beacon")?.reveal()).toBe(startup.demo?.env.BEACON_LANE_TOKEN);
+    expect(lanesOf(startup).config?.tokens.get("beacon")?.reveal()).toBe(startup.demo?.env.BEACON_LANE_TOKEN);
     expect(startup.env.PATH).toBe("/usr/bin");
   });
 
   test("variables already in the environment win over the demo file", async () => {
     const cwd = join(work, `startup-${++counter}`);
     const mine = "my-own-atlas-token-0123456789abcdef0123";
-    const startup = await loadStartupConfig(["--demo"], { ATLAS_LANE_TOKEN: mine, BEACON_LANE_TOKEN: "" }, { cwd });
-    expect(startup.lanes?.tokens.get("atlas")?.reveal()).toBe(mine);
+    const startup = await loadStartupConfig(["--demo"], { ATLAS_LANE_TOKEN: mine, BEACON_LANE_TOKEN: "" }, { cwd, cores: coreSettings });
+    expect(lanesOf(startup).config?.tokens.get("atlas")?.reveal()).toBe(mine);
     // An empty variable does not hide the file's value.
-    expect(startup.lanes?.tokens.get("beacon")?.reveal()).toBe(startup.demo?.env.BEACON_LANE_TOKEN);
+    expect(lanesOf(startup).config?.tokens.get("beacon")?.reveal()).toBe(startup.demo?.env.BEACON_LANE_TOKEN);
   });
 
   test("the demo never writes a token the server does not accept: an operator token from the environment stays out of tokens.env", async () => {
     const cwd = join(work, `startup-${++counter}`);
     const operator = "operator-token-from-the-environment-0123456789";
-    const startup = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: operator }, { cwd });
+    const startup = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: operator }, { cwd, cores: coreSettings });
     expect(startup.server.adminToken?.reveal()).toBe(operator);
     expect(startup.demo?.fromEnvironment).toEqual(["LANEWAY_ADMIN_TOKEN"]);
     const file = readFileSync(startup.demo!.tokensPath, "utf8");
@@ -193,17 +198,17 @@ describe("loadStartupConfig", () => {
 
   test("a tokens.env holding another operator token than the environment's loses that line", async () => {
     const cwd = join(work, `startup-${++counter}`);
-    const first = await loadStartupConfig(["--demo"], {}, { cwd });
+    const first = await loadStartupConfig(["--demo"], {}, { cwd, cores: coreSettings });
     const written = first.demo!.env;
     expect(written.LANEWAY_ADMIN_TOKEN).toMatch(/^[0-9a-f]{64}$/);
     const operator = "operator-token-from-the-environment-9876543210";
-    const second = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: operator }, { cwd });
+    const second = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: operator }, { cwd, cores: coreSettings });
     expect(second.server.adminToken?.reveal()).toBe(operator);
     const file = parseEnvFile(readFileSync(second.demo!.tokensPath, "utf8"));
     expect(file).toEqual({ ATLAS_LANE_TOKEN: written.ATLAS_LANE_TOKEN, BEACON_LANE_TOKEN: written.BEACON_LANE_TOKEN });
     expect(mode(second.demo!.tokensPath)).toBe(0o600);
     // A later start without it in the environment generates a new operator token into the file, and uses it.
-    const third = await loadStartupConfig(["--demo"], {}, { cwd });
+    const third = await loadStartupConfig(["--demo"], {}, { cwd, cores: coreSettings });
     expect(third.demo?.completed).toEqual(["LANEWAY_ADMIN_TOKEN"]);
     const after = parseEnvFile(readFileSync(third.demo!.tokensPath, "utf8"));
     expect(third.server.adminToken?.reveal()).toBe(after.LANEWAY_ADMIN_TOKEN);
@@ -213,7 +218,7 @@ describe("loadStartupConfig", () => {
   test("an operator token equal to a project token stops startup", async () => {
     const cwd = join(work, `startup-${++counter}`);
     const demo = await ensureDemoSetup(join(cwd, ".laneway"));
-    const error = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: demo.env.ATLAS_LANE_TOKEN }, { cwd }).catch((e: unknown) => e);
+    const error = await loadStartupConfig(["--demo"], { LANEWAY_ADMIN_TOKEN: demo.env.ATLAS_LANE_TOKEN }, { cwd, cores: coreSettings }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LanesConfigError);
     expect((error as Error).message).toBe(
       "lanes: the token of project atlas equals LANEWAY_ADMIN_TOKEN; the operator token must differ from every project token",
@@ -222,8 +227,8 @@ describe("loadStartupConfig", () => {
 
   test("without demo or lanes config, lanes are off and nothing is written", async () => {
     const cwd = join(work, `startup-${++counter}`);
-    const startup = await loadStartupConfig([], {}, { cwd });
-    expect(startup.lanes).toBeUndefined();
+    const startup = await loadStartupConfig([], {}, { cwd, cores: coreSettings });
+    expect(lanesOf(startup).config).toBeUndefined();
     expect(startup.demo).toBeUndefined();
     expect(() => statSync(cwd)).toThrow();
   });
@@ -233,8 +238,8 @@ describe("loadStartupConfig", () => {
     const demo = await ensureDemoSetup(join(cwd, ".laneway"));
     const custom = join(cwd, "custom.json");
     writeFileSync(custom, JSON.stringify({ ...DEMO_LANES_CONFIG, namespace: "custom" }));
-    const startup = await loadStartupConfig(["--demo", "--lanes-config", "custom.json"], {}, { cwd });
-    expect(startup.lanes?.namespace).toBe("custom");
+    const startup = await loadStartupConfig(["--demo", "--lanes-config", "custom.json"], {}, { cwd, cores: coreSettings });
+    expect(lanesOf(startup).config?.namespace).toBe("custom");
     expect(startup.demo?.env).toEqual(demo.env);
   });
 });

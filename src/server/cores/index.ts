@@ -1,3 +1,4 @@
+import type { CoreSettings } from "../../startup/index.js";
 import type { CoreBinding } from "../core-binding.js";
 import { kmapBinding } from "./kmap.js";
 import { lanesBinding } from "./lanes.js";
@@ -9,3 +10,6 @@ import { swarmBinding } from "./swarm.js";
  * src/, its binding in this folder, and one entry here.
  */
 export const coreBindings: readonly CoreBinding[] = [lanesBinding, swarmBinding, kmapBinding];
+
+/** Every core's settings, for `loadStartupConfig` and `serve --help`. */
+export const coreSettings: readonly CoreSettings[] = coreBindings.flatMap((b) => (b.settings ? [b.settings] : []));

@@ -1,6 +1,10 @@
+import { Code } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
-import { openLanesCore, PUBLISH_PAUSE_POINTS, type LanesCore } from "../../lanes/index.js";
-import { implement, type CoreBinding } from "../core-binding.js";
+import { resolve } from "node:path";
+import { loadLanesConfig, openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesConfig, type LanesCore } from "../../lanes/index.js";
+import { registerCoreReader } from "../../observe/core-events.js";
+import { secretAuthenticator } from "../auth.js";
+import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
 
 /**
@@ -11,22 +15,62 @@ import { laneServiceImpl } from "../services/lane-service.js";
  * exists, so every caller gets `unauthenticated`, and health reports the
  * service as off.
  */
+/** The lanes' reasons (seed 000) and their codes. */
+const reasons: Readonly<Record<LaneReason, Code>> = {
+  lane_invalid: Code.InvalidArgument,
+  lane_forbidden: Code.PermissionDenied,
+  lane_conflict: Code.Aborted,
+  lane_cursor: Code.Aborted,
+  lane_stale: Code.Aborted,
+  lane_capacity: Code.ResourceExhausted,
+  lane_canceled: Code.Canceled,
+  lane_unavailable: Code.Unavailable,
+  lane_timeout: Code.DeadlineExceeded,
+};
+
+const errors: ErrorDomainSpec = {
+  domain: "lanes",
+  reasons,
+  fallbackReasons: {
+    invalid: "lane_invalid",
+    canceled: "lane_canceled",
+    timeout: "lane_timeout",
+    unavailable: "lane_unavailable",
+    capacity: "lane_capacity",
+  },
+};
+
+/** The lanes' settings: the configuration file (or the demo's) and what it holds. */
+export interface LanesSettings {
+  /** Where the configuration was loaded from; undefined when lanes are off. */
+  readonly path: string | undefined;
+  readonly config: LanesConfig | undefined;
+}
+
 export const lanesBinding: CoreBinding = {
   name: "lanes",
-  errors: {
-    domain: "lanes",
-    fallbackReasons: {
-      invalid: "lane_invalid",
-      canceled: "lane_canceled",
-      timeout: "lane_timeout",
-      unavailable: "lane_unavailable",
-      capacity: "lane_capacity",
+  title: "lanes",
+  errors,
+  services: [{ service: LaneService, principal: "project" }],
+  principals: { project: "a project token" },
+  pausePoints: PUBLISH_PAUSE_POINTS,
+  settings: {
+    core: "lanes",
+    title: "lanes",
+    declarations: [{ flag: "lanes-config", env: "LANEWAY_LANES_CONFIG", type: "string", value: "FILE", help: "the lanes configuration (lanes.json); without it lanes are off" }],
+    async resolve(values, ctx): Promise<LanesSettings> {
+      const given = values.get("lanes-config");
+      const path = given === undefined ? ctx.demo?.lanesConfigPath : resolve(ctx.cwd, given.value);
+      // The project tokens are checked against the operator token of ctx.env.
+      return { path, config: path === undefined ? undefined : await loadLanesConfig(path, ctx.env, { cwd: ctx.cwd }) };
     },
   },
-  services: [{ service: LaneService, principal: "project" }],
-  pausePoints: PUBLISH_PAUSE_POINTS,
+  summary(settings) {
+    const { config } = settings as LanesSettings;
+    return config ? `namespace ${config.namespace}, ${config.lanes.length} lane(s), ${config.principals.length} project(s)` : "off (no --lanes-config)";
+  },
   async open(ctx) {
-    const config = ctx.startup.lanes;
+    const { config } = ctx.settings as LanesSettings;
     let core: LanesCore | undefined;
     if (config) {
       core = await openLanesCore({
@@ -47,11 +91,13 @@ export const lanesBinding: CoreBinding = {
       offCore?.();
     };
     refresh();
+    const unobserve = core ? [registerCoreReader("groups", () => core!.observeGroups()), registerCoreReader("laneLastSequences", () => core!.lastSequences())] : [];
     return {
-      implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log))],
-      ...(config ? { projectTokens: config.tokens } : {}),
+      implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log, errors))],
+      ...(config ? { authenticate: secretAuthenticator("project", config.tokens) } : {}),
       async close() {
         unsubscribe();
+        for (const remove of unobserve) remove();
         await core?.close();
       },
     };

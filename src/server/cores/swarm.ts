@@ -1,22 +1,22 @@
-import { createClient } from "@connectrpc/connect";
+import { Code, createClient } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport } from "../../client/transport.js";
-import { CoreStartupError } from "../../errors/core-error.js";
 import {
   HiveLanes,
+  hiveBrokerSetup,
   HUB_PAUSE_POINTS,
   hiveLanesSettingsFromEnv,
   hubMigrationMarks,
   openHiveHub,
   SwarmError,
   type HiveHub,
+  type SwarmReason,
   type HiveLanesSettings,
   type LaneClient,
-  type OpenedHive,
 } from "../../swarm/index.js";
-import { implement, type CoreBinding } from "../core-binding.js";
+import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
 
 /**
@@ -33,35 +33,67 @@ import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-serv
  * client, like any project) once the server listens; it stops claiming as
  * soon as shutdown begins.
  */
+/** Swarm membership's reasons (seed 003) and their codes. */
+const reasons: Readonly<Record<SwarmReason, Code>> = {
+  swarm_invalid: Code.InvalidArgument,
+  swarm_forbidden: Code.PermissionDenied,
+  swarm_conflict: Code.Aborted,
+  swarm_not_found: Code.NotFound,
+  swarm_unavailable: Code.Unavailable,
+  swarm_migration_incomplete: Code.Aborted,
+  swarm_unscoped: Code.PermissionDenied,
+};
+
+const errors: ErrorDomainSpec = { domain: "swarm", reasons, fallbackReasons: { invalid: "swarm_invalid", unavailable: "swarm_unavailable" } };
+
 export const swarmBinding: CoreBinding = {
   name: "swarm",
-  errors: { domain: "swarm", fallbackReasons: { invalid: "swarm_invalid", unavailable: "swarm_unavailable" } },
+  title: "the hive hub",
+  errors,
   pausePoints: HUB_PAUSE_POINTS,
   services: [
     { service: HiveHubService, principal: "operator" },
     { service: HiveMemberService, principal: "member" },
   ],
+  principals: { member: "a hive member's invite secret" },
+  // Read by the hub as it opens (their names are the specification's wire contract).
+  settings: {
+    core: "swarm",
+    title: "hive hub (variables only)",
+    declarations: [
+      { env: "AGENTIHOOKS_NATS_SIGNER", type: "string", value: "", help: "where the signer record lives (file:<folder>, hub:<name>)" },
+      { env: "LANEWAY_HIVE_REDIS_URL", type: "string", value: "", help: "the hive's Redis, for member passwords" },
+      { env: "AGENTIHOOKS_BUS_SCOPED", type: "string", value: "", help: "the hub's bus mode: per-swarm streams" },
+      { env: "AGENTIHOOKS_BUS_BIND", type: "string", value: "", help: "bind to the swarms' streams instead of provisioning them" },
+      { env: "LANEWAY_HIVE_SLOT_ACCOUNTS", type: "string", value: "", help: "the slot accounts and their sizes, name:slots[,name:slots…]" },
+      { env: "LANEWAY_HIVE_SLOTS_PER_HIVE", type: "string", value: "", help: "the most slots one hive holds at once" },
+      { env: "HIVE_LANES_ADDRESS", type: "string", value: "", help: "the hive as a lane participant: the Laneway it claims from" },
+      { env: "HIVE_LANES_TOKEN", type: "string", value: "", help: "… its project token" },
+      { env: "HIVE_LANES_LANE", type: "string", value: "", help: "… its lane" },
+      { env: "HIVE_LANES_GROUP", type: "string", value: "", help: "… its work group" },
+      { env: "HIVE_LANES_SNAPSHOT_PROJECTS", type: "string", value: "", help: "… the projects whose snapshots it accepts" },
+    ],
+    resolve: () => undefined,
+  },
+  // With the hive enabled (`laneway hive init`; demo mode enables it on the
+  // embedded broker), NATS runs in operator mode and Laneway connects as a
+  // service user of its own account, which no hive member can reach.
+  async prepareBroker(ctx) {
+    const hive = await hiveBrokerSetup(ctx.dataDir, { initialize: ctx.demo && ctx.embedded });
+    if (hive === undefined) return undefined;
+    return { credentialsFile: hive.lanewayCredentialsFile, account: hive.lanewayAccount, listen: hive.listen, config: (resolverDir) => hive.config(resolverDir) };
+  },
   async open(ctx) {
     const names = [HiveHubService.typeName, HiveMemberService.typeName];
-    let opened: OpenedHive | undefined;
-    let lanesSettings: HiveLanesSettings | undefined;
-    try {
-      lanesSettings = hiveLanesSettingsFromEnv(ctx.startup.env);
-      opened = await openHiveHub({
-        dataDir: ctx.startup.server.dataDir,
-        env: ctx.startup.env,
-        servers: ctx.broker.servers,
-        pausePoints: ctx.pausePoints,
-        log: ctx.log,
-        replicas: ctx.startup.server.replicas,
-      });
-    } catch (error) {
-      if (error instanceof SwarmError) {
-        const kind = error.reason === "swarm_unavailable" ? "unavailable" : "state_conflict";
-        throw new CoreStartupError("swarm", kind, `the hive hub cannot start: ${error.message}`, { cause: error });
-      }
-      throw error;
-    }
+    const lanesSettings = hiveLanesSettingsFromEnv(ctx.startup.env);
+    const opened = await openHiveHub({
+      dataDir: ctx.startup.server.dataDir,
+      env: ctx.startup.env,
+      servers: ctx.broker.servers,
+      pausePoints: ctx.pausePoints,
+      log: ctx.log,
+      replicas: ctx.startup.server.replicas,
+    });
     if (opened === undefined) {
       if (lanesSettings !== undefined) ctx.log.warn("HIVE_LANES_* are set, but the hive is not initialized: the hive lane adapter is off");
       for (const name of names) ctx.health.set(name, "off");
@@ -70,7 +102,6 @@ export const swarmBinding: CoreBinding = {
       };
       return {
         implementations: [implement(HiveHubService, hiveHubServiceImpl(hub)), implement(HiveMemberService, hiveMemberServiceImpl(hub))],
-        members: { resolveMember: async () => undefined },
         async close() {},
       };
     }
@@ -101,7 +132,10 @@ export const swarmBinding: CoreBinding = {
     const hub = () => hive.hub;
     return {
       implementations: [implement(HiveHubService, hiveHubServiceImpl(hub)), implement(HiveMemberService, hiveMemberServiceImpl(hub))],
-      members: { resolveMember: async (secret) => hive.hub.resolveMember(secret) },
+      authenticate: (token) => {
+        const member = hive.hub.resolveMember(token);
+        return member && { kind: "member", id: member.memberId };
+      },
       listening() {
         if (lanesSettings !== undefined) startLanes(lanesSettings);
       },

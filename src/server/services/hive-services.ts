@@ -31,6 +31,7 @@ import type {
   SwarmsListing,
 } from "../../swarm/index.js";
 import { principalOf } from "../auth.js";
+import { callSignal } from "./call-signal.js";
 
 /**
  * The hive hub and member services: decode, call the hub, encode. The
@@ -106,13 +107,13 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
       return { retired: retiredMember(outcome.retired), redisUserDeleted: outcome.redisUserDeleted };
     },
     async migrateState(req, ctx) {
-      return { progress: finalProgress(await runMigration(hub(), { case: "state", value: req }, { signal: ctx.signal })) };
+      return { progress: finalProgress(await runMigration(hub(), { case: "state", value: req }, { signal: callSignal(ctx) })) };
     },
     async migrateQueue(req, ctx) {
-      return { progress: finalProgress(await runMigration(hub(), { case: "queue", value: req }, { signal: ctx.signal })) };
+      return { progress: finalProgress(await runMigration(hub(), { case: "queue", value: req }, { signal: callSignal(ctx) })) };
     },
     async migrateDead(req, ctx) {
-      return { progress: finalProgress(await runMigration(hub(), { case: "dead", value: req }, { signal: ctx.signal })) };
+      return { progress: finalProgress(await runMigration(hub(), { case: "dead", value: req }, { signal: callSignal(ctx) })) };
     },
     async *migrate(req, ctx) {
       const migration = req.migration;
@@ -134,7 +135,7 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
         push(progressMessage(p));
       };
       let outcome: { result: MigrationResult } | { error: unknown } | undefined;
-      void runMigration(hub(), migration, { signal: ctx.signal, onProgress }).then(
+      void runMigration(hub(), migration, { signal: callSignal(ctx), onProgress }).then(
         (result) => {
           outcome = { result };
           wake?.();
@@ -238,11 +239,11 @@ function progressMessage(p: CoreProgress): MigrateResponse {
 export function hiveMemberServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveMemberService> {
   return {
     async join(_req, ctx) {
-      const { memberId } = principalOf(ctx, "member");
+      const { id: memberId } = principalOf(ctx, "member");
       return { credential: memberCredential(await hub().mint(memberId, "join")) };
     },
     async refresh(_req, ctx) {
-      const { memberId } = principalOf(ctx, "member");
+      const { id: memberId } = principalOf(ctx, "member");
       return { credential: memberCredential(await hub().mint(memberId, "refresh")) };
     },
   };

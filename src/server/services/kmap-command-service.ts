@@ -25,8 +25,10 @@ import {
   type CommandRecord,
   type CommandState,
 } from "../../kmap/index.js";
-import { lanewayError } from "../error-mapping.js";
+import type { ErrorDomainSpec } from "../core-binding.js";
+import { domainError } from "../error-mapping.js";
 import { decodePageToken, encodePageToken, pageSize } from "../paging.js";
+import { callSignal } from "./call-signal.js";
 
 /**
  * KmapCommandService: decode, call the command lane, encode. The lane is
@@ -73,7 +75,7 @@ export function commandRecordMessage(record: CommandRecord): ProtoCommandRecord 
   });
 }
 
-export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): ServiceImpl<typeof KmapCommandService> {
+export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal, errors: ErrorDomainSpec): ServiceImpl<typeof KmapCommandService> {
   return {
     async submitCommand(req) {
       // The contract makes `command` required; the interceptor has checked it.
@@ -86,7 +88,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
     },
 
     async getCommand(req, ctx) {
-      const record = await retryWhileBusy(() => lane.get(req.idempotencyId), { signal: ctx.signal });
+      const record = await retryWhileBusy(() => lane.get(req.idempotencyId), { signal: callSignal(ctx) });
       if (!record) throw new KmapError("not_found", `no command with idempotency_id ${req.idempotencyId}`);
       return { record: commandRecordMessage(record) };
     },
@@ -95,7 +97,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
       const size = pageSize(req.pageSize);
       const after = decodePageToken(req.pageToken);
       const state = req.state === ProtoCommandState.UNSPECIFIED ? undefined : coreStates.get(req.state);
-      const records = await retryWhileBusy(() => lane.page(after, size + 1, state), { signal: ctx.signal });
+      const records = await retryWhileBusy(() => lane.page(after, size + 1, state), { signal: callSignal(ctx) });
       const page = records.slice(0, size);
       const last = page.at(-1);
       const status = lane.status();
@@ -113,7 +115,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
 
     async *watchCommands(req, ctx) {
       // Ends cleanly on client cancellation and when the server drains.
-      const signal = AbortSignal.any([ctx.signal, drain]);
+      const signal = callSignal(ctx, drain);
       const events = lane.watch({
         afterPosition: Number(req.afterPosition),
         idempotencyId: req.idempotencyId || undefined,
@@ -124,7 +126,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal): 
         try {
           next = await events.next();
         } catch (error) {
-          if (error instanceof PositionPrunedError) throw prunedError(error);
+          if (error instanceof PositionPrunedError) throw prunedError(errors, error);
           throw error;
         }
         if (next.done) return;
@@ -152,8 +154,8 @@ function watchMessage(event: CommandEvent) {
 }
 
 /** `position_pruned` with a detail a client can act on without parsing the message. */
-function prunedError(error: PositionPrunedError) {
-  const connectError = lanewayError("position_pruned", error.message, "kmap");
+function prunedError(errors: ErrorDomainSpec, error: PositionPrunedError) {
+  const connectError = domainError(errors, "position_pruned", error.message);
   connectError.details.push({
     desc: WatchPositionPrunedSchema,
     value: {

@@ -5,6 +5,7 @@ import { KmapReadService, LinkSchema, NodeSchema, TransactionSchema, type Node, 
 import { KmapError, retryWhileBusy } from "../../kmap/index.js";
 import type { KwebNode, KwebReader, KwebTransaction } from "../../kmap/index.js";
 import { decodeIdPageToken, decodePageToken, encodePageToken, pageSize } from "../paging.js";
+import { callSignal } from "./call-signal.js";
 
 /**
  * KmapReadService: reads of the Kmap and its signed history, mapped to the
@@ -49,7 +50,7 @@ const canonicalId = /^[0-9a-f]{32}$/;
 export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof KmapReadService> {
   return {
     async getNode(req, ctx) {
-      const node = await retryWhileBusy(() => reader.getNode(req.nodeId), { signal: ctx.signal });
+      const node = await retryWhileBusy(() => reader.getNode(req.nodeId), { signal: callSignal(ctx) });
       if (!node) throw new KmapError("not_found", `node ${req.nodeId} does not exist`);
       return { node: nodeMessage(node) };
     },
@@ -57,13 +58,13 @@ export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof Kmap
     async listNodes(req, ctx) {
       const afterId = decodeIdPageToken(req.pageToken, canonicalId) || undefined;
       const page = await retryWhileBusy(() => reader.listNodes({ afterId, limit: pageSize(req.pageSize), parentId: req.parentId || undefined }), {
-        signal: ctx.signal,
+        signal: callSignal(ctx),
       });
       return { nodes: page.nodes.map(nodeMessage), nextPageToken: page.nextAfterId ?? "" };
     },
 
     async getTransaction(req, ctx) {
-      const tx = await retryWhileBusy(() => reader.getTransaction(req.transactionId), { signal: ctx.signal });
+      const tx = await retryWhileBusy(() => reader.getTransaction(req.transactionId), { signal: callSignal(ctx) });
       if (!tx) throw new KmapError("not_found", `transaction ${req.transactionId} does not exist`);
       return { transaction: transactionMessage(tx) };
     },
@@ -72,7 +73,7 @@ export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof Kmap
       const afterSequence = decodePageToken(req.pageToken);
       const page = await retryWhileBusy(
         () => reader.listTransactions({ afterSequence, limit: pageSize(req.pageSize), nodeId: req.nodeId || undefined, provenance: req.provenance || undefined }),
-        { signal: ctx.signal },
+        { signal: callSignal(ctx) },
       );
       return {
         transactions: page.transactions.map(transactionMessage),
@@ -81,7 +82,7 @@ export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof Kmap
     },
 
     async getSigningKey(_req, ctx) {
-      const key = await retryWhileBusy(() => reader.signingKey(), { signal: ctx.signal });
+      const key = await retryWhileBusy(() => reader.signingKey(), { signal: callSignal(ctx) });
       return { algorithm: key.algorithm, publicKey: key.publicKey, publicKeyPem: key.publicKeyPem, keyId: key.keyId };
     },
   };

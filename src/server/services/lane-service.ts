@@ -1,7 +1,6 @@
-import { setMaxListeners } from "node:events";
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampFromMs, type Duration } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import { Code, type ServiceImpl } from "@connectrpc/connect";
 import {
   type GetRegistryResponse,
   GetRegistryResponseSchema,
@@ -33,8 +32,10 @@ import {
 } from "../../lanes/index.js";
 import { safeErrorFields, type Logger } from "../../log/logger.js";
 import { principalOf } from "../auth.js";
+import type { ErrorDomainSpec } from "../core-binding.js";
 import { codeOfReason } from "../error-mapping.js";
-import { notBuilt } from "../not-built.js";
+import { notEnabled } from "../not-enabled.js";
+import { callSignal } from "./call-signal.js";
 
 /**
  * LaneService: decode, authorize, call the lanes core, encode. The service
@@ -48,32 +49,6 @@ const kinds: Record<CoreRecordKind, RecordKind> = { event: RecordKind.EVENT, wor
 function coreKind(kind: RecordKind): CoreRecordKind {
   // The contract's rules refuse UNSPECIFIED and unknown values before this.
   return kind === RecordKind.WORK ? "work" : "event";
-}
-
-/**
- * The call's signal as the core understands it: aborted with a
- * `TimeoutError` when the call's deadline passed, with an `AbortError` when
- * the client went away or the server is shutting down.
- */
-export function coreSignal(ctx: HandlerContext, ...others: AbortSignal[]): AbortSignal {
-  const controller = new AbortController();
-  // A batch waits on up to 128 records at once, each adding its own abort
-  // listener for the length of one broker operation: not a leak.
-  setMaxListeners(0, controller.signal);
-  const signals = [ctx.signal, ...others];
-  const onAbort = (source: AbortSignal) => {
-    const reason = source.reason;
-    const deadline = reason instanceof ConnectError && reason.code === Code.DeadlineExceeded;
-    controller.abort(new DOMException(deadline ? "the deadline passed" : "the call was canceled", deadline ? "TimeoutError" : "AbortError"));
-  };
-  for (const signal of signals) {
-    if (signal.aborted) {
-      onAbort(signal);
-      break;
-    }
-    signal.addEventListener("abort", () => onAbort(signal), { once: true, signal: controller.signal });
-  }
-  return controller.signal;
 }
 
 export function laneRecordMessage(record: LaneRecord): LaneRecordMessage {
@@ -94,11 +69,11 @@ function publishResponse(outcome: PublishOutcome) {
   return create(PublishResponseSchema, { record: laneRecordMessage(outcome.record), duplicate: outcome.duplicate });
 }
 
-export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal, log: Logger): ServiceImpl<typeof LaneService> {
+export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal, log: Logger, errors: ErrorDomainSpec): ServiceImpl<typeof LaneService> {
   // Without a lanes configuration no project token exists, so the request
   // gate refuses every caller before any of these runs.
   const lanes = (): LanesCore => {
-    if (core === undefined) throw notBuilt("lanes", "LaneService (this server has no lanes configuration)");
+    if (core === undefined) throw notEnabled("lanes", "LaneService", "start laneway serve with --lanes-config");
     return core;
   };
   // The registry is immutable for the life of the process: build each
@@ -108,7 +83,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
   /** One record's failure in a batch, as Publish would have answered it. */
   const recordError = (error: unknown): PublishResult => {
     if (error instanceof LaneError) {
-      const code = codeOfReason(error.reason);
+      const code = codeOfReason(errors, error.reason);
       return create(PublishResultSchema, {
         outcome: { case: "error", value: create(RecordErrorSchema, { code: codeName(code), reason: error.reason, message: error.message }) },
       });
@@ -121,7 +96,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
 
   return {
     getRegistry(_req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       let answer = answers.get(project);
       if (answer === undefined) {
         answer = registryResponse(lanes().registry.viewFor(project));
@@ -130,22 +105,22 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       return answer;
     },
     async publish(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const outcome = await lanes().publish(
         project,
         req.lane,
         { id: req.id, kind: coreKind(req.kind), schema: req.schema, payload: req.payload, provenance: req.provenance },
-        coreSignal(ctx),
+        callSignal(ctx),
       );
       return publishResponse(outcome);
     },
     async publishBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const outcomes = await lanes().publishBatch(
         project,
         req.lane,
         req.records.map((r) => ({ id: r.id, kind: coreKind(r.kind), schema: r.schema, payload: r.payload, provenance: r.provenance })),
-        coreSignal(ctx),
+        callSignal(ctx),
       );
       return {
         results: outcomes.map((outcome) =>
@@ -154,8 +129,8 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async replay(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const page = await lanes().replay(project, req.lane, req.cursor, req.maxEvents, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const page = await lanes().replay(project, req.lane, req.cursor, req.maxEvents, callSignal(ctx));
       return {
         events: page.events.map(laneRecordMessage),
         cursor: BigInt(page.cursor),
@@ -164,73 +139,73 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async *follow(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       // Ends cleanly on client cancellation and when the server drains.
-      for await (const page of lanes().follow(project, req.lane, req.cursor, coreSignal(ctx, drain))) {
+      for await (const page of lanes().follow(project, req.lane, req.cursor, callSignal(ctx, drain))) {
         yield { events: page.events.map(laneRecordMessage), cursor: BigInt(page.cursor) };
       }
     },
     async claim(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const [work] = await lanes().claim({ project, lane: req.lane, group: req.group, max: 1, waitMs: waitMs(req.wait) }, coreSignal(ctx, drain));
+      const { id: project } = principalOf(ctx, "project");
+      const [work] = await lanes().claim({ project, lane: req.lane, group: req.group, max: 1, waitMs: waitMs(req.wait) }, callSignal(ctx, drain));
       return work === undefined ? {} : { work: workMessage(work) };
     },
     async claimBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const work = await lanes().claim({ project, lane: req.lane, group: req.group, max: req.maxRecords, waitMs: waitMs(req.wait) }, coreSignal(ctx, drain));
+      const { id: project } = principalOf(ctx, "project");
+      const work = await lanes().claim({ project, lane: req.lane, group: req.group, max: req.maxRecords, waitMs: waitMs(req.wait) }, callSignal(ctx, drain));
       return { work: work.map(workMessage) };
     },
     async renew(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const [outcome] = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       return { leaseExpiresAt: timestampFromMs(okOf(outcome!).leaseExpiresAt) };
     },
     async renewBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const outcomes = await lanes().renew({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
-          "ok" in o ? { outcome: { case: "renewed" as const, value: { leaseExpiresAt: timestampFromMs(o.ok.leaseExpiresAt) } } } : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+          "ok" in o ? { outcome: { case: "renewed" as const, value: { leaseExpiresAt: timestampFromMs(o.ok.leaseExpiresAt) } } } : { outcome: { case: "error" as const, value: receiptError(errors, o.error) } },
         ),
       };
     },
     async ack(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const [outcome] = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       const acked = okOf(outcome!);
       return { ackedAt: timestampFromMs(acked.ackedAt), duplicate: acked.duplicate };
     },
     async ackBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const outcomes = await lanes().ack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o
             ? { outcome: { case: "acked" as const, value: { ackedAt: timestampFromMs(o.ok.ackedAt), duplicate: o.ok.duplicate } } }
-            : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+            : { outcome: { case: "error" as const, value: receiptError(errors, o.error) } },
         ),
       };
     },
     async nack(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const [outcome] = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const [outcome] = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: [receiptOf(req)] }, callSignal(ctx));
       const nacked = okOf(outcome!);
       return { retryAt: timestampFromMs(nacked.retryAt), attempt: nacked.attempt };
     },
     async nackBatch(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const outcomes = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const outcomes = await lanes().nack({ project, lane: req.lane, group: req.group, receipts: req.receipts.map(receiptOf) }, callSignal(ctx));
       return {
         results: outcomes.map((o) =>
           "ok" in o
             ? { outcome: { case: "nacked" as const, value: { retryAt: timestampFromMs(o.ok.retryAt), attempt: o.ok.attempt } } }
-            : { outcome: { case: "error" as const, value: receiptError(o.error) } },
+            : { outcome: { case: "error" as const, value: receiptError(errors, o.error) } },
         ),
       };
     },
     async inspectGroup(req, ctx) {
-      const { project } = principalOf(ctx, "project");
-      const g = await lanes().inspect({ project, lane: req.lane, group: req.group }, coreSignal(ctx));
+      const { id: project } = principalOf(ctx, "project");
+      const g = await lanes().inspect({ project, lane: req.lane, group: req.group }, callSignal(ctx));
       return {
         group: {
           lane: g.lane,
@@ -267,7 +242,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
       };
     },
     async recoverGroup(req, ctx) {
-      const { project } = principalOf(ctx, "project");
+      const { id: project } = principalOf(ctx, "project");
       const result = await lanes().recover(
         {
           project,
@@ -279,7 +254,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
           expired: req.expired.map((e) => ({ sequence: e.sequence, receipt: e.receipt })),
           missing: req.missing,
         },
-        coreSignal(ctx),
+        callSignal(ctx),
       );
       return { result: recoveryResultMessage(result) };
     },
@@ -328,8 +303,8 @@ function okOf<T>(outcome: { ok: T } | { error: unknown }): T {
 }
 
 /** One receipt's failure in a batch, as the single call would have answered it (never the receipt). */
-function receiptError(error: unknown) {
-  if (error instanceof LaneError) return create(ReceiptErrorSchema, { code: codeName(codeOfReason(error.reason)), reason: error.reason, message: error.message });
+function receiptError(errors: ErrorDomainSpec, error: unknown) {
+  if (error instanceof LaneError) return create(ReceiptErrorSchema, { code: codeName(codeOfReason(errors, error.reason)), reason: error.reason, message: error.message });
   return create(ReceiptErrorSchema, { code: "internal", reason: "internal", message: "internal error" });
 }
 

@@ -52,6 +52,8 @@ export interface LanewayAdapterOptions extends ConnectRouterOptions {
   readonly log: Logger;
   /** The error domain of a service, for refusals made before Connect runs. */
   readonly domainOf: (typeName: string) => AdapterDomain;
+  /** Sees each call's Node request before Connect runs (the call observer notes the peer and request size). */
+  readonly observeRequest?: (req: NodeRequest, values: ReturnType<typeof createContextValues>) => void;
 }
 
 /** A service's error domain and its reason for invalid requests. */
@@ -98,6 +100,7 @@ export function lanewayNodeAdapter(options: LanewayAdapterOptions): (req: NodeRe
     const contextValues = createContextValues();
     const parsed = new ParsedMessages();
     contextValues.set(parsedMessagesKey, parsed);
+    options.observeRequest?.(req, contextValues);
     let uReq: UniversalServerRequest;
     try {
       if (framing.get) req.url = checkedGetUrl(req.url ?? "", method, contextValues, parsed);

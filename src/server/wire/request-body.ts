@@ -52,6 +52,8 @@ export const requestProblemKey = createContextKey<RequestProblem | undefined>(un
  */
 export class ParsedMessages {
   readonly #queue: Message[] = [];
+  /** Bytes of request body read so far, as sent (before decompression): the per-call log's request size. */
+  receivedBytes = 0;
 
   push(message: Message): void {
     this.#queue.push(message);
@@ -65,6 +67,13 @@ export class ParsedMessages {
 
 /** The current call's parsed request messages (set by the adapter on every call it hands to Connect). */
 export const parsedMessagesKey = createContextKey<ParsedMessages | undefined>(undefined, { description: "parsed request messages" });
+
+async function* counted(source: AsyncIterable<Uint8Array>, parsed: ParsedMessages): AsyncGenerator<Uint8Array> {
+  for await (const chunk of source) {
+    parsed.receivedBytes += chunk.byteLength;
+    yield chunk;
+  }
+}
 
 /** How the protocol frames the request message. */
 export interface Framing {
@@ -100,6 +109,7 @@ export async function* checkedRequestBody(
   single: boolean,
   parsed: ParsedMessages,
 ): AsyncGenerator<Uint8Array> {
+  source = counted(source, parsed);
   if (framing.encoding !== undefined && framing.encoding !== "gzip") {
     throw new RequestProblemError({ kind: "unsupported_encoding", message: "the request's content encoding is not supported: send it uncompressed or with gzip" });
   }
