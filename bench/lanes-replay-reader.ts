@@ -6,6 +6,11 @@
  *   Replay from cursor 0 (128 events a page, the most a page returns) on
  *   the generated client over Connect binary, starting again from 0 at the
  *   lane's end, for `seconds`.
+ * - `follow`: `concurrency` readers, each following the lane from cursor 0
+ *   on the generated client over Connect binary until its cursor reaches
+ *   `last` (the lane's last sequence), then closing the stream and
+ *   following again from 0, for `seconds`; reader i uses `tokens[i %
+ *   tokens.length]` (a project holds at most 32 Follow streams).
  * - `raw`: `concurrency` readers, each reading the same lane's stream with
  *   an ordered consumer from its first sequence to its last, starting again
  *   with a new ordered consumer at the end, for `seconds`.
@@ -27,6 +32,7 @@ import { createLanewayTransport } from "../src/client/transport.js";
 
 type Spec =
   | { mode: "laneway"; url: string; token: string; lane: string; concurrency: number; seconds: number }
+  | { mode: "follow"; url: string; tokens: string[]; lane: string; last: number; concurrency: number; seconds: number }
   | { mode: "raw"; url: string; stream: string; concurrency: number; seconds: number };
 
 const spec = JSON.parse(process.argv[2]!) as Spec;
@@ -55,6 +61,28 @@ if (spec.mode === "laneway") {
   };
   await Promise.all(Array.from({ length: spec.concurrency }, reader));
   transport.close();
+} else if (spec.mode === "follow") {
+  // One client per token: a project holds at most 32 Follow streams, so the readers take the tokens in turn.
+  const transports = spec.tokens.map((token) => createLanewayTransport({ baseUrl: spec.url, token, protocol: "connect-binary" }));
+  const clients = transports.map((t) => createClient(LaneService, t.transport));
+  const reader = async (_: unknown, index: number) => {
+    const client = clients[index % clients.length]!;
+    while (Date.now() < deadline) {
+      const abort = new AbortController();
+      try {
+        for await (const page of client.follow({ lane: spec.lane, cursor: 0n }, { signal: abort.signal })) {
+          records += page.events.length;
+          pages++;
+          if (page.cursor >= BigInt(spec.last) || Date.now() >= deadline) break;
+        }
+      } finally {
+        abort.abort();
+      }
+      passes++;
+    }
+  };
+  await Promise.all(Array.from({ length: spec.concurrency }, reader));
+  for (const t of transports) t.close();
 } else {
   const nc = await connect({ servers: spec.url, name: "bench-raw-reader" });
   const js = jetstream(nc);

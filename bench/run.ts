@@ -5,6 +5,7 @@
 import { callSignalBench } from "./call-signal.js";
 import { kmapLane } from "./kmap-lane.js";
 import { lanesPublish } from "./lanes-publish.js";
+import { lanesScale } from "./lanes-scale.js";
 import { lanesWork } from "./lanes-work.js";
 import { serverOverhead } from "./server-overhead.js";
 import { swarmBus } from "./swarm-bus.js";
@@ -15,6 +16,7 @@ const benchmarks: Record<string, () => Promise<void>> = {
   "kmap-lane": kmapLane,
   "lanes-publish": lanesPublish,
   "lanes-work": lanesWork,
+  "lanes-scale": lanesScale,
   "swarm-mint": swarmMint,
   "swarm-bus": swarmBus,
   "call-signal": callSignalBench,

@@ -33,6 +33,7 @@ export {
   type ServerConfig,
   type ServerConfigOptions,
   type WireLimits,
+  type CoreSelection,
 } from "./server-config.js";
 export { formatEnvFile, parseEnvFile, readEnvFile } from "./env-file.js";
 export { parseCount, settingKey, type RawSetting, type SettingDeclaration, type SettingsSection, type SettingValues } from "./settings.js";

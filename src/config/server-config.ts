@@ -112,7 +112,16 @@ export interface ServerConfig {
   readonly wire: WireLimits;
   /** The values of the settings the cores declare (`ServerConfigOptions.settings`), by flag; each core resolves its own. */
   readonly declared: SettingValues;
+  /** The cores this process serves (the server's core list decides what the names mean). */
+  readonly cores: CoreSelection;
 }
+
+/**
+ * The value of `--cores`: every core, or the names of the cores this
+ * process serves (a replica beside one full instance; the server checks
+ * the names against its core list).
+ */
+export type CoreSelection = "all" | readonly string[];
 
 export interface ServerConfigOptions {
   /** Directory relative paths resolve against (default `process.cwd()`). */
@@ -136,6 +145,12 @@ const SETTINGS = {
   "headers-timeout": { env: "LANEWAY_HEADERS_TIMEOUT", type: "string", value: "D", help: `time to send the request headers (default ${SERVER_DEFAULTS.headersTimeout})` },
   "request-timeout": { env: "LANEWAY_REQUEST_TIMEOUT", type: "string", value: "D", help: `time to send a whole request (default ${SERVER_DEFAULTS.requestTimeout})` },
   "idle-timeout": { env: "LANEWAY_IDLE_TIMEOUT", type: "string", value: "D", help: `idle HTTP/2 session, or a response the peer stops reading (default ${SERVER_DEFAULTS.idleTimeout})` },
+  cores: {
+    env: "LANEWAY_CORES",
+    type: "string",
+    value: "all|NAME[,NAME…]",
+    help: "cores to serve: all (default), or the named cores only, for a replica beside one full instance (needs --nats-url)",
+  },
 } as const;
 
 /** The server's own settings, as declarations (for help and the operations table). */
@@ -255,6 +270,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
       if (value !== undefined) declared.set(settingKey(setting), { value, source: setting.env });
     }
   }
+  const cores = parseCores(pick("cores"), natsServers !== undefined);
 
   return Object.freeze({
     listen,
@@ -269,7 +285,20 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     adminToken,
     wire,
     declared,
+    cores,
   });
+}
+
+function parseCores(raw: Raw | undefined, externalNats: boolean): CoreSelection {
+  if (raw === undefined || raw.value === "all") return "all";
+  const names = raw.value.split(",");
+  if (names.some((name) => !/^[a-z][a-z0-9-]{0,31}$/.test(name)) || new Set(names).size !== names.length) {
+    throw new ServerConfigError(`${raw.source} must be all or a comma-separated list of distinct core names`, raw.source);
+  }
+  if (!externalNats) {
+    throw new ServerConfigError(`${raw.source} ${raw.value} requires --nats-url (or LANEWAY_NATS_URL): a replica serves the full instance's broker`, raw.source);
+  }
+  return Object.freeze(names);
 }
 
 type Flags = Partial<Record<string, string | boolean>>;

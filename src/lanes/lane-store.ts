@@ -74,6 +74,29 @@ export interface LaneStoreReads {
   readonly budget?: ReadBudget;
   /** The largest stored record of the namespace's streams (their `max_msg_size`), so that every pull can carry one. */
   readonly maxRecordBytes?: number;
+  /**
+   * Keep a read's consumer for a moment once the read is over, and let the
+   * next read that starts where it stopped continue with it (the pages of
+   * one reader, one after the other): one pull per page instead of a
+   * consumer created, pulled and deleted. Off by default (every read
+   * creates and deletes its own).
+   */
+  readonly reuseConsumers?: boolean;
+}
+
+/** How long a finished read's consumer waits for the read that continues it before it is deleted. */
+export const IDLE_READER_MS = 2_000;
+
+/** Finished reads' consumers kept at once, at most (the oldest is deleted first). */
+export const MAX_IDLE_READERS = 512;
+
+/** A consumer a finished read left positioned at `next`. */
+interface IdleReader {
+  readonly stream: string;
+  readonly name: string;
+  readonly next: number;
+  readonly generation: number;
+  readonly since: number;
 }
 
 export class LaneStore {
@@ -90,6 +113,20 @@ export class LaneStore {
    */
   readonly #leaderReads: boolean;
 
+  /** Finished reads' consumers by `<stream> <next sequence>`, oldest first within a key (see LaneStoreReads.reuseConsumers). */
+  readonly #idle = new Map<string, IdleReader[]>();
+  #idleCount = 0;
+  #sweeper: NodeJS.Timeout | undefined;
+  readonly #reuse: boolean;
+
+  /**
+   * What this store last learnt of each stream's range (from a stream info,
+   * or from the pending count of a record a read delivered). Both ends only
+   * grow (lane streams deny deletes and purges; expiry moves `first` up), so
+   * a known range is a lower bound of the present one.
+   */
+  readonly #ranges = new Map<string, StreamRange>();
+
   constructor(
     private readonly broker: BrokerConnection,
     private readonly timeoutMs: number,
@@ -97,6 +134,7 @@ export class LaneStore {
     reads: LaneStoreReads = {},
   ) {
     this.#leaderReads = replicas > 1;
+    this.#reuse = reads.reuseConsumers === true;
     this.#minimumPull = (reads.maxRecordBytes ?? LARGEST_RECORD_BYTES) + PULL_OVERHEAD_BYTES;
     this.#budget = reads.budget ?? new ReadBudget(Math.max(READ_BUDGET_BYTES, this.#minimumPull));
     if (this.#budget.capacity < this.#minimumPull) throw new RangeError("a read budget must hold at least one pull of the largest record");
@@ -180,7 +218,24 @@ export class LaneStore {
   async range(name: string, signal?: AbortSignal): Promise<StreamRange> {
     const info = await this.streamInfo(name, signal);
     if (info === undefined) throw new LaneError("lane_unavailable", "the lane's stream is missing on the message broker");
-    return { first: info.state.first_seq, last: info.state.last_seq };
+    const range = { first: info.state.first_seq, last: info.state.last_seq };
+    this.#learn(name, range.first, range.last);
+    return range;
+  }
+
+  /**
+   * The stream's range as this store last learnt it, without a broker
+   * request; undefined when it never read it. A lower bound of both ends:
+   * records may have been published (and expired) since.
+   */
+  knownRange(name: string): StreamRange | undefined {
+    return this.#ranges.get(name);
+  }
+
+  #learn(name: string, first: number, last: number): void {
+    const known = this.#ranges.get(name);
+    if (known === undefined) this.#ranges.set(name, { first, last });
+    else if (first > known.first || last > known.last) this.#ranges.set(name, { first: Math.max(first, known.first), last: Math.max(last, known.last) });
   }
 
   /**
@@ -257,49 +312,148 @@ export class LaneStore {
   readFrom(stream: string, from: number, count: number, signal?: AbortSignal, maxBytes = Number.POSITIVE_INFINITY): Promise<StoredRecord[]> {
     return this.run(
       async () => {
-        const { jsm } = await this.#current();
+        const handles = await this.#current();
         const nc = this.broker.connection();
-        // Ack none, in memory, one replica: a cursor on the broker, nothing
-        // more, created (named) with the settings nats.js gives its ordered
-        // consumers, which reads used before they were flow-controlled.
-        const consumer = await jsm.consumers.add(stream, {
-          name: `lw_${nuid.next()}`,
-          deliver_policy: DeliverPolicy.StartSequence,
-          opt_start_seq: from,
-          ack_policy: AckPolicy.None,
-          mem_storage: true,
-          num_replicas: 1,
-          inactive_threshold: nanos(60_000),
-          max_deliver: 1,
-        });
+        let reader = this.#takeIdle(stream, from, handles.generation);
+        const reused = reader !== undefined;
+        if (reader === undefined) reader = await this.#createReader(handles.jsm, stream, from);
         const records: StoredRecord[] = [];
+        let end: Pulled["end"] | "error" = "error";
         try {
           let bytes = 0;
+          let first = true;
           while (records.length < count && bytes < maxBytes) {
             const ask = Math.max(this.#minimumPull, Math.min(PULL_BYTES, maxBytes - bytes));
             const grant = await this.#budget.acquire(ask, signal);
             let pulled: Pulled;
             try {
-              pulled = await this.#pull(nc, stream, consumer.name, count - records.length, grant.bytes, signal);
+              pulled = await this.#pull(nc, stream, reader, count - records.length, grant.bytes, signal);
             } finally {
               grant.release();
             }
+            if (first && reused && pulled.end === "gone" && pulled.records.length === 0 && !pulled.noMessages) {
+              // The kept consumer went away at the broker (a restart, its inactivity threshold): start a fresh one.
+              void this.#deleteReader(handles.jsm, stream, reader);
+              reader = await this.#createReader(handles.jsm, stream, from);
+              first = false;
+              continue;
+            }
+            first = false;
             records.push(...pulled.records);
             bytes += pulled.bytes;
+            end = pulled.end;
             // Only a pull the byte bound ended leaves more to read at once.
             if (pulled.end !== "bytes") break;
           }
         } finally {
-          // Otherwise the consumer would stay on the server for its inactivity threshold.
-          void Promise.resolve()
-            .then(() => jsm.consumers.delete(stream, consumer.name))
-            .catch(() => undefined);
+          // A consumer whose last pull delivered its whole batch stands exactly
+          // after the last record read: the next read from there may continue
+          // with it. Any other is deleted at once (otherwise it would stay on
+          // the server for its inactivity threshold).
+          const next = records.length > 0 ? records[records.length - 1]!.sequence + 1 : from;
+          if (this.#reuse && end === "batch") this.#keepIdle({ stream, name: reader, next, generation: handles.generation, since: Date.now() });
+          else void this.#deleteReader(handles.jsm, stream, reader);
         }
         return records;
       },
       "reading records",
       signal,
     );
+  }
+
+  /** A cursor on the broker: ack none, in memory, one replica, named, with the settings nats.js gives its ordered consumers. */
+  async #createReader(jsm: JetStreamManager, stream: string, from: number): Promise<string> {
+    const consumer = await jsm.consumers.add(stream, {
+      name: `lw_${nuid.next()}`,
+      deliver_policy: DeliverPolicy.StartSequence,
+      opt_start_seq: from,
+      ack_policy: AckPolicy.None,
+      mem_storage: true,
+      num_replicas: 1,
+      inactive_threshold: nanos(60_000),
+      max_deliver: 1,
+    });
+    return consumer.name;
+  }
+
+  #deleteReader(jsm: JetStreamManager, stream: string, name: string): Promise<void> {
+    return Promise.resolve()
+      .then(() => jsm.consumers.delete(stream, name))
+      .then(
+        () => undefined,
+        () => undefined,
+      );
+  }
+
+  #takeIdle(stream: string, from: number, generation: number): string | undefined {
+    if (!this.#reuse) return undefined;
+    const key = `${stream} ${from}`;
+    const list = this.#idle.get(key);
+    if (list === undefined) return undefined;
+    const reader = list.pop()!;
+    if (list.length === 0) this.#idle.delete(key);
+    this.#idleCount -= 1;
+    // A consumer of an earlier connection may be gone; its delete is harmless.
+    if (reader.generation !== generation) {
+      this.#dropReader(reader);
+      return undefined;
+    }
+    return reader.name;
+  }
+
+  #keepIdle(reader: IdleReader): void {
+    const key = `${reader.stream} ${reader.next}`;
+    const list = this.#idle.get(key) ?? [];
+    list.push(reader);
+    this.#idle.set(key, list);
+    this.#idleCount += 1;
+    while (this.#idleCount > MAX_IDLE_READERS) this.#evictOldest();
+    if (this.#sweeper === undefined) {
+      this.#sweeper = setInterval(() => this.#sweep(), IDLE_READER_MS / 2);
+      this.#sweeper.unref();
+    }
+  }
+
+  #dropReader(reader: IdleReader): void {
+    const handles = this.#handles;
+    if (handles !== undefined && handles.generation === reader.generation) void this.#deleteReader(handles.jsm, reader.stream, reader.name);
+  }
+
+  #evictOldest(): void {
+    let oldest: { key: string; at: number } | undefined;
+    for (const [key, list] of this.#idle) {
+      const at = list[0]!.since;
+      if (oldest === undefined || at < oldest.at) oldest = { key, at };
+    }
+    if (oldest === undefined) return;
+    const list = this.#idle.get(oldest.key)!;
+    this.#dropReader(list.shift()!);
+    this.#idleCount -= 1;
+    if (list.length === 0) this.#idle.delete(oldest.key);
+  }
+
+  #sweep(): void {
+    const cutoff = Date.now() - IDLE_READER_MS;
+    for (const [key, list] of this.#idle) {
+      while (list.length > 0 && list[0]!.since <= cutoff) {
+        this.#dropReader(list.shift()!);
+        this.#idleCount -= 1;
+      }
+      if (list.length === 0) this.#idle.delete(key);
+    }
+    if (this.#idleCount === 0 && this.#sweeper !== undefined) {
+      clearInterval(this.#sweeper);
+      this.#sweeper = undefined;
+    }
+  }
+
+  /** Deletes every kept consumer (the store's owner is closing). */
+  close(): void {
+    for (const list of this.#idle.values()) for (const reader of list) this.#dropReader(reader);
+    this.#idle.clear();
+    this.#idleCount = 0;
+    if (this.#sweeper !== undefined) clearInterval(this.#sweeper);
+    this.#sweeper = undefined;
   }
 
   /**
@@ -315,6 +469,7 @@ export class LaneStore {
       const records: StoredRecord[] = [];
       let bytes = 0;
       let settled = false;
+      let noMessages = false;
       const settle = (outcome: { end: Pulled["end"] } | { error: unknown }) => {
         if (settled) return;
         settled = true;
@@ -322,7 +477,7 @@ export class LaneStore {
         signal?.removeEventListener("abort", onAbort);
         subscription.unsubscribe();
         if ("error" in outcome) reject(outcome.error);
-        else resolve({ records, bytes, end: outcome.end });
+        else resolve({ records, bytes, end: outcome.end, noMessages });
       };
       const onAbort = () => settle({ error: signal!.reason });
       const subscription = nc.subscribe(createInbox(this.broker.inboxPrefix), {
@@ -330,6 +485,8 @@ export class LaneStore {
           if (error) return settle({ error });
           const sequence = streamSequenceOf(message);
           if (sequence !== undefined) {
+            const pending = pendingOf(message);
+            if (pending !== undefined) this.#learn(stream, 0, sequence + pending);
             records.push({ sequence, subject: message.subject, data: message.data, storedAt: storedAtOf(message) });
             bytes += sizeOf(message);
             if (records.length >= batch) settle({ end: "batch" });
@@ -343,8 +500,11 @@ export class LaneStore {
             return settle({ end: "bytes" });
           }
           if (status === 503) return settle({ error: new BrokerUnavailableError("no_responders") });
-          // 408 (expired), 404, or the consumer went away (409): what came is what there is.
-          settle({ end: "short" });
+          // 408 (expired): what came is what there is.
+          if (status === 408) return settle({ end: "short" });
+          // 404, or the consumer went away (409): what came is what there is, and the consumer is of no more use.
+          noMessages = status === 404;
+          settle({ end: "gone" });
         },
       });
       // The broker answers 408 at `expires`; this only ends a pull it never ends (a connection lost meanwhile).
@@ -352,7 +512,11 @@ export class LaneStore {
       signal?.addEventListener("abort", onAbort, { once: true });
       void subscription.closed.then(() => settle({ error: new BrokerUnavailableError("connection_closed") }));
       try {
-        nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, JSON.stringify({ batch, max_bytes: maxBytes, expires: nanos(expiresMs) }), {
+        // The readers of pages ask only for records the stream's range holds:
+        // they do not wait for more (records that expired meanwhile make a
+        // short read at once, not at the pull's expiry).
+        const request = this.#reuse ? { batch, max_bytes: maxBytes, no_wait: true } : { batch, max_bytes: maxBytes, expires: nanos(expiresMs) };
+        nc.publish(`$JS.API.CONSUMER.MSG.NEXT.${stream}.${consumer}`, JSON.stringify(request), {
           reply: subscription.getSubject(),
         });
       } catch (error) {
@@ -516,7 +680,9 @@ export class LaneStore {
 interface Pulled {
   readonly records: StoredRecord[];
   readonly bytes: number;
-  readonly end: "batch" | "bytes" | "short";
+  readonly end: "batch" | "bytes" | "short" | "gone";
+  /** The broker ended the pull with `404 No Messages` (a pull that does not wait found fewer records than it asked for). */
+  readonly noMessages?: boolean;
 }
 
 /**
@@ -542,6 +708,13 @@ function streamSequenceOf(message: Msg): number | undefined {
   const tokens = reply.split(".");
   const sequence = Number(tokens[tokens.length === 9 ? 5 : 7]);
   return Number.isSafeInteger(sequence) && sequence > 0 ? sequence : undefined;
+}
+
+/** Records after a delivered one on its consumer when it was sent (the last token of its reply subject); the stream's last sequence is at least its sequence plus this. */
+function pendingOf(message: Msg): number | undefined {
+  const tokens = message.reply!.split(".");
+  const pending = Number(tokens[tokens.length === 9 ? 8 : 10]);
+  return Number.isSafeInteger(pending) && pending >= 0 ? pending : undefined;
 }
 
 /** When the stream stored a delivered record (epoch ms), from the same reply subject: its timestamp in nanoseconds follows the consumer sequence. */

@@ -109,7 +109,8 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     const registry = new LaneRegistry(config);
     const reads = { maxRecordBytes: maxEnvelopeBytes(config.bounds.maxPayload) };
     const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas, reads);
-    const readStore = new LaneStore(readers, config.bounds.operationTimeoutMs, options.replicas, reads);
+    // Replay and Follow pages continue one another: their consumers are kept for the next page.
+    const readStore = new LaneStore(readers, config.bounds.operationTimeoutMs, options.replicas, { ...reads, reuseConsumers: true });
     const publisher = new Publisher(store, namespace, registry, options.pausePoints ?? noPausePoints);
     const replayer = new Replayer(readStore, namespace, registry);
     const watchers = new LaneWatchers(store, config.namespace);
@@ -152,14 +153,32 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
           // The caller's cursor until the first page answers with the examined sequence.
           let position: Cursor = cursor;
           let started = false;
+          // The next page, read while the client takes the one before it.
+          let ahead: { version: number; page: Promise<ReplayPage> } | undefined;
           while (!signal.aborted) {
-            const version = hold.version();
-            const page = await replayer.page(lane, position, MAX_EVENTS, signal);
+            let version: number;
+            let page: ReplayPage;
+            if (ahead !== undefined) {
+              ({ version } = ahead);
+              page = await ahead.page;
+              ahead = undefined;
+            } else {
+              version = hold.version();
+              page = await replayer.page(lane, position, MAX_EVENTS, signal);
+            }
             if (page.examined > 0 || !started) {
               // The first page goes out at once, even empty: the follower
               // learns the stream is open and its cursor checked.
               started = true;
               position = page.cursor;
+              if (page.examined > 0) {
+                // Read ahead one page (at most: what waits for the client
+                // stays within two pages); its failure is the next page's.
+                const aheadVersion = hold.version();
+                const next = replayer.page(lane, position, MAX_EVENTS, signal);
+                next.catch(() => undefined);
+                ahead = { version: aheadVersion, page: next };
+              }
               yield { events: page.events, cursor: page.cursor };
               if (page.examined > 0) continue;
             }
@@ -202,6 +221,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
       async close() {
         groups.close();
         watchers.close();
+        readStore.close();
         await readers?.close();
         await own?.close();
       },

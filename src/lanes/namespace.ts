@@ -25,8 +25,12 @@ import { minimumLedgerBytes } from "./ledger-capacity.js";
  * retire the old one).
  */
 
-/** The internal state format: a writer of another format is refused. */
-export const STATE_FORMAT = 3;
+/**
+ * The internal state format: a writer of another format is refused. Format 4
+ * stores records as binary RecordEnvelope messages (envelope.ts); format 3
+ * stored them as JSON.
+ */
+export const STATE_FORMAT = 4;
 
 /** How long startup waits for the broker before it reports it unavailable. */
 const CONNECT_WAIT_MS = 15_000;

@@ -1,6 +1,6 @@
 import { decodeEnvelope, recordOf } from "./envelope.js";
 import { LaneError } from "./errors.js";
-import type { LaneStore } from "./lane-store.js";
+import type { LaneStore, StreamRange as StoreRange } from "./lane-store.js";
 import type { Namespace } from "./namespace.js";
 import type { LaneRegistry } from "./registry.js";
 import type { LaneRecord } from "./types.js";
@@ -60,10 +60,35 @@ export class Replayer {
     return this.page(lane, cursor, maxEvents === 0 ? MAX_EVENTS : Math.min(maxEvents, MAX_EVENTS), signal);
   }
 
-  /** A page without the capability check (the caller checked it). */
+  /**
+   * A page without the capability check (the caller checked it).
+   *
+   * The page decides on the stream's range as the store last learnt it when
+   * that already holds the cursor's successor (the pages of one reader, one
+   * after the other), and reads it from the broker otherwise: a caught-up
+   * cursor, a first read, a stream not read for a while. Any surprise of
+   * the read — a record that is not the one expected first, a read that
+   * comes back empty — makes the page start again on a range read fresh,
+   * so every cursor rule is decided on the broker's present state, never
+   * on a stale one.
+   */
   async page(lane: string, requested: Cursor, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage> {
     const stream = this.namespace.streams.get(lane)!;
-    const { first, last } = await this.store.range(stream, signal);
+    const known = this.store.knownRange(stream);
+    // Only a known range that holds the page's first record: anything else needs the broker's answer.
+    const start = BigInt(requested) === 0n ? Math.max(known?.first ?? 0, 1) : Number(requested) + 1;
+    if (known !== undefined && BigInt(requested) < BigInt(known.last) && start <= known.last) {
+      const page = await this.#page(stream, lane, requested, maxEvents, known, false, signal);
+      if (page !== "stale") return page;
+    }
+    const page = await this.#page(stream, lane, requested, maxEvents, await this.store.range(stream, signal), true, signal);
+    // A fresh range has no surprise left to explain: #page decides it.
+    return page as ReplayPage;
+  }
+
+  /** A page on `range`; "stale" when `range` is a known one (not `fresh`) that the cursor or the read contradicts. */
+  async #page(stream: string, lane: string, requested: Cursor, maxEvents: number, range: StoreRange, fresh: boolean, signal?: AbortSignal): Promise<ReplayPage | "stale"> {
+    const { first, last } = range;
     const firstRetained = first > 0 && first <= last ? first : 0;
     // Compared exactly: a uint64 cursor above 2^53 is quoted as it was sent.
     if (BigInt(requested) > BigInt(last)) {
@@ -71,12 +96,14 @@ export class Replayer {
     }
     const cursor = Number(requested);
     if (cursor !== 0 && firstRetained !== 0 && cursor + 1 < firstRetained) {
+      if (!fresh) return "stale";
       throw new LaneError(
         "lane_cursor",
         `the records after cursor ${cursor} of lane ${lane} have left retention (the first retained is ${firstRetained}): replay from cursor 0, or from ${firstRetained - 1} to accept the gap`,
       );
     }
     if (cursor !== 0 && firstRetained === 0 && cursor < last) {
+      if (!fresh) return "stale";
       throw new LaneError("lane_cursor", `the records after cursor ${cursor} of lane ${lane} have left retention: replay from cursor 0`);
     }
     const start = cursor === 0 ? Math.max(first, 1) : cursor + 1;
@@ -97,6 +124,7 @@ export class Replayer {
       wanted = Math.max(maxEvents - events.length, wanted * 2);
       const count = Math.min(wanted, MAX_EXAMINED - examined, last - expected + 1);
       const records = await this.store.readFrom(stream, expected, count, signal, PAGE_BYTES - bytes);
+      if (!fresh && examined === 0 && (records.length === 0 || records[0]!.sequence !== start)) return "stale";
       for (const record of records) {
         if (record.sequence !== expected) {
           throw new LaneError("lane_cursor", `record ${expected} of lane ${lane} is missing from retention while it was being read: replay again`);
@@ -116,6 +144,8 @@ export class Replayer {
       // ends the page: the cursor has passed nothing unread.
       if (records.length < count) break;
     }
-    return { events, cursor: position, firstRetained, lastSequence: last, examined };
+    // The reads may have learnt of later records (their pending counts).
+    const lastSequence = Math.max(last, this.store.knownRange(stream)?.last ?? 0);
+    return { events, cursor: position, firstRetained, lastSequence, examined };
   }
 }

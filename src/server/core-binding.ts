@@ -151,6 +151,13 @@ export interface CoreBinding {
   /** Fault-injection pause point names the core may reach (tests only). */
   readonly pausePoints?: readonly string[];
   /**
+   * True when any number of Laneway processes may serve the core on the same
+   * data (it keeps no state the broker does not hold): a replica may serve
+   * it with `--cores`. Otherwise the core has one writer, and the process
+   * serving it holds the data directory's owner lock.
+   */
+  readonly replicable?: boolean;
+  /**
    * The core's flags and variables and how they become its configuration
    * (resolved before anything starts; `serve --help` and
    * docs/operations.md list them). Its result is `CoreContext.settings`.

@@ -15,6 +15,7 @@ import { contractValidator } from "../validation/contract-validator.js";
 import { Authenticator, type ServiceAccess } from "./auth.js";
 import type { CoreBinding, OpenCore } from "./core-binding.js";
 import { coreBindings } from "./cores/index.js";
+import { selectCores, takeOwnerLock, type OwnerLock } from "./cores/served-cores.js";
 import { codeOfReason, errorMappingInterceptor, invalidReason, lanewayError, serverDomain } from "./error-mapping.js";
 import { HealthRollup, HealthStatus, healthRoutes } from "./health.js";
 import { DualProtocolListener } from "./listener.js";
@@ -90,6 +91,7 @@ export class LanewayServer {
   readonly #shutdown: AbortController;
   readonly #log: Logger;
   readonly #shutdownTimeoutMs: number;
+  readonly #ownerLock: OwnerLock | undefined;
   #closing: Promise<ShutdownReport> | undefined;
 
   private constructor(init: {
@@ -105,6 +107,7 @@ export class LanewayServer {
     shutdown: AbortController;
     log: Logger;
     shutdownTimeoutMs: number;
+    ownerLock: OwnerLock | undefined;
   }) {
     this.url = init.url;
     this.port = init.port;
@@ -120,16 +123,20 @@ export class LanewayServer {
     this.#shutdown = init.shutdown;
     this.#log = init.log;
     this.#shutdownTimeoutMs = init.shutdownTimeoutMs;
+    this.#ownerLock = init.ownerLock;
   }
 
   /** Starts NATS (or connects to it), the cores and the listener. */
   static async start(options: LanewayServerOptions): Promise<LanewayServer> {
     const { startup, logger: log } = options;
     const { server } = startup;
-    const bindings = options.cores ?? coreBindings;
+    const bindings = selectCores(options.cores ?? coreBindings, server.cores);
     await mkdir(server.dataDir, { recursive: true, mode: 0o700 });
 
     const started: { close(): Promise<unknown> }[] = [];
+    // Before anything opens: a second owner of the single-writer cores stops here.
+    const ownerLock = takeOwnerLock(server.dataDir, bindings);
+    if (ownerLock !== undefined) started.push({ close: async () => ownerLock.release() });
     try {
       // At most one core prepares the broker (operator mode, for one).
       const preparations = [];
@@ -269,6 +276,7 @@ export class LanewayServer {
         shutdown,
         log,
         shutdownTimeoutMs: server.shutdownTimeoutMs,
+        ownerLock,
       });
     } catch (error) {
       for (const part of started.reverse()) await part.close().catch(() => {});
@@ -315,6 +323,8 @@ export class LanewayServer {
       const embedded = this.#embedded;
       await run("stop embedded nats-server", async () => !(await embedded.stop()).forced);
     }
+    // Last: the single-writer cores are closed, another process may own them now.
+    this.#ownerLock?.release();
     return { ok: steps.every((s) => s.ok), steps };
   }
 }

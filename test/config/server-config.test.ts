@@ -59,6 +59,7 @@ describe("defaults", () => {
       adminToken: undefined,
       wire: { maxRequestBytes: 16_777_216, maxConnections: 1024, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, idleTimeoutMs: 30_000 },
       declared: new Map(),
+      cores: "all",
     });
     expect(Object.isFrozen(config)).toBe(true);
     expect(Object.isFrozen(config.listen)).toBe(true);
@@ -249,6 +250,21 @@ describe("wire limits", () => {
     [["--headers-timeout", "20s", "--request-timeout", "10s"], "--headers-timeout must be at most --request-timeout"],
   ])("%j is refused: %s", (argv, message) => {
     expect(failure(argv).message).toBe(message);
+  });
+});
+
+describe("served cores", () => {
+  test("--cores and LANEWAY_CORES choose all (the default) or named cores, which need an external broker; the flag wins", () => {
+    expect(load([]).cores).toBe("all");
+    expect(load(["--cores", "lanes", "--nats-url", "nats://127.0.0.1:4222"]).cores).toEqual(["lanes"]);
+    expect(load(["--nats-url", "nats://127.0.0.1:4222"], { LANEWAY_CORES: "lanes" }).cores).toEqual(["lanes"]);
+    expect(load(["--cores", "all"], { LANEWAY_CORES: "lanes" }).cores).toBe("all");
+    expect(failure(["--cores", "lanes"]).message).toBe(
+      "--cores lanes requires --nats-url (or LANEWAY_NATS_URL): a replica serves the full instance's broker",
+    );
+    for (const bad of ["", "Lanes", "lanes,lanes", "lanes,", "lanes kmap"]) {
+      expect(failure(["--cores", bad, "--nats-url", "nats://127.0.0.1:4222"]).message, bad).toMatch(/^--cores must (be all or a comma-separated list of distinct core names|not be empty)$/);
+    }
   });
 });
 

@@ -52,6 +52,7 @@ export const lanesBinding: CoreBinding = {
   title: "lanes",
   errors,
   services: [{ service: LaneService, principal: "project" }],
+  replicable: true,
   principals: { project: "a project token" },
   pausePoints: PUBLISH_PAUSE_POINTS,
   settings: {
