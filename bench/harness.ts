@@ -9,10 +9,10 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer, type AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { EmbeddedNatsServer } from "../src/nats/index.js";
+import { freePort } from "../test/helpers/free-port.js";
 
 export const repoRoot = resolve(import.meta.dirname, "..");
 
@@ -105,17 +105,8 @@ export function benchSeconds(fallback: number): number {
   return Number.isFinite(value) && value > 0 ? value : fallback;
 }
 
-/** A free loopback TCP port (for a monitoring endpoint or a server the bench starts). */
-export function freePort(): Promise<number> {
-  return new Promise((resolvePort, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as AddressInfo;
-      server.close(() => resolvePort(port));
-    });
-  });
-}
+/** A free loopback TCP port (for a monitoring endpoint or a server the bench starts): the tests' own. */
+export { freePort };
 
 const ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
 

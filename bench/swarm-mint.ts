@@ -24,7 +24,6 @@
  * changes), the median and 99th percentile time of one refresh, and the
  * ratio to the raw mint rate. Nothing is asserted.
  */
-import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -37,19 +36,10 @@ import { HiveMemberService } from "../gen/laneway/swarm/v1/hive_member_service_p
 import { createLanewayTransport, type LanewayTransport } from "../src/client/transport.js";
 import { initHive, renderMemberGrant, userClaims, type GrantDecision } from "../src/swarm/index.js";
 import { NativeKeyPair } from "../src/nats/index.js";
-import { benchSeconds, freePort, median, percentile, printTable, startListening } from "./harness.js";
+import { benchSeconds, median, percentile, printTable, startListening } from "./harness.js";
+import { startRedis } from "../test/helpers/redis.js";
 
 const MEMBERS = 8;
-
-async function startRedis(): Promise<{ url: string; stop(): void }> {
-  const port = await freePort();
-  const password = randomBytes(16).toString("hex");
-  const child = spawn("/usr/bin/redis-server", ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--requirepass", password], {
-    stdio: "ignore",
-  });
-  await new Promise((r) => setTimeout(r, 300));
-  return { url: `redis://default:${password}@127.0.0.1:${port}/0`, stop: () => child.kill("SIGKILL") };
-}
 
 /**
  * Raw baseline: the same claims minted with @nats-io/jwt, sequentially, for
@@ -98,7 +88,7 @@ export async function swarmMint(): Promise<void> {
   await initHive(dataDir, { natsListen: "127.0.0.1:0" });
   const laneway = await startListening("src/cli/main.ts", ["serve", "--listen", "127.0.0.1:0", "--data-dir", dataDir, "--shutdown-timeout", "5s"], {
     LANEWAY_ADMIN_TOKEN: admin,
-    LANEWAY_HIVE_REDIS_URL: redis.url,
+    LANEWAY_HIVE_REDIS_URL: redis.adminUrl,
   });
   try {
     const client = <S extends typeof HiveHubService | typeof HiveMemberService>(service: S, token: string) => {
@@ -150,7 +140,7 @@ export async function swarmMint(): Promise<void> {
   } finally {
     for (const t of transports) t.close();
     await laneway.stop();
-    redis.stop();
+    await redis.stop();
     await rm(dataDir, { recursive: true, force: true });
   }
 }

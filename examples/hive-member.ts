@@ -1,8 +1,6 @@
 import { createClient } from "@connectrpc/connect";
 import { connect, credsAuthenticator } from "@nats-io/transport-node";
-import { HiveHubService } from "../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { HiveMemberService } from "../gen/laneway/swarm/v1/hive_member_service_pb.js";
-import { createLanewayTransport } from "../src/client/transport.js";
+import { createLanewayTransport, HiveHubService, HiveMemberService } from "laneway/client";
 
 // A member's lifecycle, end to end: the operator invites hive-b into swarm
 // rig, the member joins and connects to NATS with the credential it was

@@ -1,6 +1,5 @@
 import { createClient } from "@connectrpc/connect";
-import { LaneService, RecordKind } from "../gen/laneway/lane/v1/lane_service_pb.js";
-import { createLanewayTransport } from "../src/client/transport.js";
+import { createLanewayTransport, LaneService, RecordKind } from "laneway/client";
 
 // The specification's forge-free exchange between two projects: atlas
 // publishes an event and a piece of work; beacon and atlas each replay the

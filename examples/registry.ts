@@ -1,6 +1,5 @@
 import { createClient } from "@connectrpc/connect";
-import { LaneService } from "../gen/laneway/lane/v1/lane_service_pb.js";
-import { createLanewayTransport } from "../src/client/transport.js";
+import { createLanewayTransport, LaneService } from "laneway/client";
 
 // The generated client on Laneway's transport; gRPC and gRPC-Web work the
 // same way (protocol: "grpc" or "grpc-web").

@@ -21,9 +21,15 @@ import { repoRoot } from "./helpers/laneway.js";
  *   server's and `.laneway/` by its data directory. When the next
  *   block is ```` ```json ````, the output must contain it (objects may have
  *   more fields; arrays match element by element).
- * - A ```` ```ts <path> ```` block must be exactly the file at that path,
- *   which is run with node; a following ```` ```text ```` block is its
+ * - A ```` ```ts <path> ```` block must be exactly the file at that path
+ *   (an example in examples/), which is run with node and tsx under the
+ *   `laneway-source` condition (so `laneway/client` and
+ *   `laneway/participant` resolve to the sources, as the installed package
+ *   resolves them to its build); a following ```` ```text ```` block is its
  *   expected output.
+ * - A ```` ```ts fragment ```` block is a piece of code that is not run
+ *   (a shape, a signature). Every other TypeScript or JavaScript block
+ *   fails this test: a block is either run or marked a fragment.
  */
 
 const run = promisify(execFile);
@@ -48,6 +54,17 @@ function blocksOf(markdown: string): Block[] {
   return blocks;
 }
 
+/** Blocks of TypeScript or JavaScript that are neither run (`ts <path>`) nor marked `ts fragment`. */
+function unmarkedCodeBlocks(markdown: string): Block[] {
+  return blocksOf(markdown).filter((b) => {
+    const [language, ...rest] = b.info.split(/\s+/);
+    if (!["ts", "typescript", "tsx", "js", "javascript", "mjs"].includes(language ?? "")) return false;
+    return !(language === "ts" && rest.length === 1 && (rest[0] === "fragment" || rest[0]!.startsWith("examples/")));
+  });
+}
+
+const isExample = (b: Block) => b.info.startsWith("ts examples/");
+
 const pages = ["README.md", ...(await readdir(join(repoRoot, "docs"))).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
 const scratch: string[] = [];
 
@@ -66,7 +83,7 @@ async function startDemo(): Promise<{ server: LanewayServer; cwd: string }> {
 for (const page of pages) {
   const markdown = await readFile(join(repoRoot, page), "utf8");
   const blocks = blocksOf(markdown);
-  const runnable = blocks.filter((b) => b.info === "sh test" || b.info.startsWith("ts "));
+  const runnable = blocks.filter((b) => b.info === "sh test" || isExample(b));
   if (runnable.length === 0) continue;
 
   describe(page, () => {
@@ -90,7 +107,7 @@ for (const page of pages) {
             if (next?.info === "json") {
               expect(JSON.parse(stdout), where).toMatchObject(JSON.parse(next.body));
             }
-          } else if (block.info.startsWith("ts ")) {
+          } else if (isExample(block)) {
             const path = block.info.slice(3).trim();
             expect(block.body, `${where} must equal ${path}`).toBe(await readFile(join(repoRoot, path), "utf8"));
             const tokens = Object.fromEntries(
@@ -99,7 +116,12 @@ for (const page of pages) {
                 .split("\n")
                 .map((l) => l.split("=", 2) as [string, string]),
             );
-            const { stdout } = await run(process.execPath, ["--import", "tsx", join(repoRoot, path)], { cwd: repoRoot, env: { ...env, ...tokens } });
+            const { stdout } = await run(process.execPath, ["--conditions=laneway-source", "--import", "tsx", join(repoRoot, path)], {
+              cwd: repoRoot,
+              env: { ...env, ...tokens },
+            }).catch((error: { stderr?: string }) => {
+              throw new Error(`${where} failed: ${error.stderr ?? String(error)}`);
+            });
             if (next?.info === "text") expect(stdout, where).toBe(next.body);
           }
         }
@@ -109,3 +131,26 @@ for (const page of pages) {
     });
   });
 }
+
+test("every TypeScript block of the README and docs/ is run or marked ```ts fragment", async () => {
+  const unmarked: string[] = [];
+  for (const page of pages) {
+    for (const block of unmarkedCodeBlocks(await readFile(join(repoRoot, page), "utf8"))) unmarked.push(`${page}:${block.line} (\`\`\`${block.info})`);
+  }
+  expect(unmarked).toEqual([]);
+});
+
+test("a bare ```ts block is caught; a named example and a fragment are not", () => {
+  const page = ["```ts", "await lanes.getRegistry({});", "```", "```ts fragment", "type A = 1;", "```", "```ts examples/registry.ts", "x", "```", "```js", "x", "```"].join("\n");
+  expect(unmarkedCodeBlocks(page).map((b) => [b.line, b.info])).toEqual([
+    [1, "ts"],
+    [10, "js"],
+  ]);
+});
+
+test("every example in examples/ is shown and run by a page", async () => {
+  const shown = new Set<string>();
+  for (const page of pages) for (const block of blocksOf(await readFile(join(repoRoot, page), "utf8"))) if (isExample(block)) shown.add(block.info.slice(3));
+  const examples = (await readdir(join(repoRoot, "examples"))).filter((f) => f.endsWith(".ts")).map((f) => `examples/${f}`);
+  expect(examples.filter((e) => !shown.has(e))).toEqual([]);
+});

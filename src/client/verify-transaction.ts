@@ -1,6 +1,6 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import type { Transaction } from "../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
-import { verifyTransaction as verifyKwebTransaction } from "../kmap/index.js";
+import { verifyTransaction as verifyKwebTransaction } from "../kmap/signature.js";
 
 /**
  * Client-side verification of a Kmap transaction as returned by

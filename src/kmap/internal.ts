@@ -1,7 +1,8 @@
 /**
  * What the server's fault injection, the tests and the benchmarks may use
  * beyond the Kmap core's public surface (index.ts): the pause point names,
- * and the queue and store without the embedded Kweb around them.
+ * the queue and store without the embedded Kweb around them, and the lane
+ * hosted in the Kweb worker (which tests check they run on).
  */
 export { KMAP_PAUSE_POINTS, type KmapPausePoint } from "./pause-point-names.js";
 export { openCommandQueue, type OpenedCommandQueue, type OpenCommandQueueOptions } from "./open-command-queue.js";
@@ -9,3 +10,4 @@ export { CommandStore, CommandStoreError, type Durability, type LaneCounters } f
 export { CommandReader } from "./command-reader.js";
 export { ChangeFeed } from "./change-feed.js";
 export { DurableChanges } from "./durable-changes.js";
+export { WorkerLane } from "./worker-lane.js";

@@ -7,7 +7,7 @@ import { DEFAULT_EVENT_RETENTION, type LaneRuntime } from "./command-runtime.js"
 import { DEFAULT_LANE_BUSY_TIMEOUT_MS } from "./command-store.js";
 import type { KwebManager } from "./kweb-manager.js";
 import { EmbeddedKwebManager, KwebReader } from "./kweb/index.js";
-import { DEFAULT_MAX_PENDING, openCommandQueue } from "./open-command-queue.js";
+import { DEFAULT_MAX_PENDING } from "./open-command-queue.js";
 import { WorkerLane } from "./worker-lane.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 
@@ -17,21 +17,23 @@ import type { PausePoints } from "../fault-injection/pause-points.js";
  * for the Kmap and its history, and the command queue (`commands.sqlite`),
  * all in one directory.
  *
- * By default the command lane runs in the Kweb worker thread (WorkerLane):
- * its runtime, its SQLite writes and its Kweb applies never touch the
- * caller's event loop. With a `clock` or `wrapManager` (seams for tests), the
- * runtime runs on the caller's thread over the given manager instead
- * (openCommandQueue), exactly as a library user with their own KwebManager
- * runs it.
+ * The command lane runs in the Kweb worker thread (WorkerLane): its
+ * runtime, its SQLite writes and its Kweb applies never touch the caller's
+ * event loop. The seams for tests (`clock`, `wrapManager`) keep that
+ * topology: the runtime in the worker takes its time from the given clock
+ * and applies each command through the wrapped manager, both on the
+ * caller's thread (worker-seams.ts), so tests that use them run the
+ * production path. (A library user with their own KwebManager runs the
+ * runtime on their thread with openCommandQueue.)
  */
 export interface KmapCoreOptions {
   /** The directory of the Kmap's files; created with mode 0700. */
   readonly directory: string;
   readonly logger?: Logger;
   readonly pausePoints?: PausePoints;
-  /** The runtime's clock (tests); runs the runtime on the caller's thread. */
+  /** The runtime's clock (tests): the runtime in the worker asks it for the time and sleeps on it. */
   readonly clock?: Clock;
-  /** Wraps the embedded manager (tests inject writer outages at this boundary); runs the runtime on the caller's thread. */
+  /** Wraps the embedded manager (tests inject writer outages at this boundary): the runtime in the worker applies each command through it, one at a time. */
   readonly wrapManager?: (manager: KwebManager) => KwebManager;
   /** The most unfinished commands (`--kmap-max-pending`); default 10,000. */
   readonly maxPending?: number;
@@ -54,7 +56,6 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
   const kwebPath = join(options.directory, "kweb.sqlite");
   const commandsPath = join(options.directory, "commands.sqlite");
   const embedded = new EmbeddedKwebManager({ databasePath: kwebPath, signingKeyPath: join(options.directory, "signing-key.pem") });
-  const inWorker = options.clock === undefined && options.wrapManager === undefined;
   const manager = options.wrapManager ? options.wrapManager(embedded) : embedded;
   try {
     await manager.ready();
@@ -79,31 +80,20 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
   let recovered: number;
   let closeLane: () => Promise<void>;
   try {
-    if (inWorker) {
-      const lane = await WorkerLane.open(embedded, {
-        commandsPath,
-        maxPending,
-        eventRetention,
-        busyTimeoutMs: DEFAULT_LANE_BUSY_TIMEOUT_MS,
-        logger: log,
-        ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
-      });
-      ({ queue } = lane);
-      runtime = lane;
-      recovered = lane.recovered.length;
-      closeLane = () => lane.close();
-    } else {
-      const opened = openCommandQueue(commandsPath, manager, {
-        logger: log,
-        maxPending,
-        eventRetention,
-        ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
-        ...(options.clock ? { clock: options.clock } : {}),
-      });
-      ({ queue, runtime } = opened);
-      recovered = opened.recovered.length;
-      closeLane = async () => opened.close();
-    }
+    const lane = await WorkerLane.open(embedded, {
+      commandsPath,
+      maxPending,
+      eventRetention,
+      busyTimeoutMs: DEFAULT_LANE_BUSY_TIMEOUT_MS,
+      logger: log,
+      ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
+      ...(options.clock ? { clock: options.clock } : {}),
+      ...(options.wrapManager ? { applyThrough: manager } : {}),
+    });
+    ({ queue } = lane);
+    runtime = lane;
+    recovered = lane.recovered.length;
+    closeLane = () => lane.close();
   } catch (error) {
     reader.close();
     await manager.close().catch(() => {});

@@ -1,6 +1,7 @@
 import type { PausePoints } from "../fault-injection/pause-points.js";
 import type { Logger, LogFields } from "../log/logger.js";
 import type { QueuedItem } from "./command-queue.js";
+import { systemClock, type Clock } from "./clock.js";
 import { CommandRuntime } from "./command-runtime.js";
 import { CommandStore } from "./command-store.js";
 import { DurableChanges } from "./durable-changes.js";
@@ -8,6 +9,7 @@ import { InThreadKwebManager } from "./kweb/in-thread-kweb-manager.js";
 import type { KwebWriter } from "./kweb/kweb-writer.js";
 import { failureToWire } from "./thread-errors.js";
 import type { LaneFromWorker, LaneToWorker } from "./worker-lane-protocol.js";
+import { WorkerClock, WorkerManagerProxy } from "./worker-seams.js";
 
 /**
  * The command lane inside the Kweb worker thread: the thread that owns the
@@ -29,19 +31,31 @@ export class LaneHost {
   readonly #runtime: CommandRuntime;
   readonly #changes: DurableChanges;
   readonly #pause: PausePoints;
+  readonly #clock: Clock;
+  /** With the `wrapManager` seam: applies go through the main thread's wrapped manager. */
+  readonly #proxy: WorkerManagerProxy | undefined;
   #groups: Extract<LaneToWorker, { type: "lane_submit" }>[] = [];
   #running: Promise<void> | undefined;
   #closed = false;
 
-  private constructor(post: (message: LaneFromWorker) => void, store: CommandStore, writer: KwebWriter, open: Extract<LaneToWorker, { type: "lane_open" }>) {
+  private constructor(
+    post: (message: LaneFromWorker) => void,
+    store: CommandStore,
+    writer: KwebWriter,
+    clock: Clock,
+    open: Extract<LaneToWorker, { type: "lane_open" }>,
+  ) {
     this.#post = post;
     this.#store = store;
+    this.#clock = clock;
     this.#changes = new DurableChanges((rows) => post({ type: "lane_changes", rows, counters: store.counters() }));
     this.#pause = pauseBridge(post, open.pauseFlag);
-    this.#runtime = new CommandRuntime(store, new InThreadKwebManager(writer), this.#changes, {
+    this.#proxy = open.applyOnMain ? new WorkerManagerProxy(post) : undefined;
+    this.#runtime = new CommandRuntime(store, this.#proxy ?? new InThreadKwebManager(writer), this.#changes, {
       logger: forwardingLogger(post),
       pausePoints: this.#pause,
       eventRetention: open.eventRetention,
+      clock,
     });
   }
 
@@ -49,9 +63,10 @@ export class LaneHost {
   static open(post: (message: LaneFromWorker) => void, writer: KwebWriter, open: Extract<LaneToWorker, { type: "lane_open" }>): LaneHost | undefined {
     let store: CommandStore | undefined;
     try {
+      const clock = open.clockCell === undefined ? systemClock : new WorkerClock(post, open.clockCell);
       store = new CommandStore(open.commandsPath, { busyTimeoutMs: open.busyTimeoutMs });
-      const recovered = store.recoverApplying(Date.now());
-      const host = new LaneHost(post, store, writer, open);
+      const recovered = store.recoverApplying(clock.now());
+      const host = new LaneHost(post, store, writer, clock, open);
       post({ type: "lane_opened", recovered, counters: store.counters() });
       return host;
     } catch (error) {
@@ -81,6 +96,13 @@ export class LaneHost {
         this.close();
         this.#post({ type: "lane_closed" });
         return;
+      case "lane_clock_woke":
+        if (this.#clock instanceof WorkerClock) this.#clock.woke(message.id);
+        return;
+      case "lane_applied":
+      case "lane_apply_failed":
+        this.#proxy?.answered(message);
+        return;
       case "lane_open":
         return;
     }
@@ -93,6 +115,7 @@ export class LaneHost {
     for (const group of this.#groups.splice(0)) {
       this.#post({ type: "lane_submit_failed", id: group.id, error: failureToWire(new Error("the command lane is closed")) });
     }
+    void this.#proxy?.close();
     this.#store.close();
   }
 
@@ -103,7 +126,7 @@ export class LaneHost {
     const items: QueuedItem[] = groups.flatMap((g) => g.items);
     let results;
     try {
-      results = this.#store.insertQueued(items, Date.now(), groups[groups.length - 1]!.maxPending);
+      results = this.#store.insertQueued(items, this.#clock.now(), groups[groups.length - 1]!.maxPending);
     } catch (error) {
       const wire = failureToWire(error);
       for (const group of groups) this.#post({ type: "lane_submit_failed", id: group.id, error: wire });

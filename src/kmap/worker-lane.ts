@@ -1,6 +1,8 @@
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { ChangeFeed } from "./change-feed.js";
+import { parseCanonicalCommand } from "./canonical-command.js";
+import type { Clock } from "./clock.js";
 import { CommandQueue, type QueuedItem, type SubmissionWriter, type WrittenItem } from "./command-queue.js";
 import { CommandReader } from "./command-reader.js";
 import type { CommandEvent } from "./command-record.js";
@@ -8,7 +10,8 @@ import { toEvent } from "./command-rows.js";
 import { KwebTaskError, type LaneRuntime } from "./command-runtime.js";
 import { KmapError } from "./errors.js";
 import type { EmbeddedKwebManager } from "./kweb/embedded-kweb-manager.js";
-import { failureFromWire } from "./thread-errors.js";
+import { WriterUnavailableError, type KwebManager } from "./kweb-manager.js";
+import { failureFromWire, failureToWire, type WireFailure } from "./thread-errors.js";
 import type { LaneFromWorker, LaneToWorker } from "./worker-lane-protocol.js";
 
 export interface WorkerLaneOptions {
@@ -20,6 +23,10 @@ export interface WorkerLaneOptions {
   readonly busyTimeoutMs: number;
   readonly logger?: Logger;
   readonly pausePoints?: PausePoints;
+  /** The `clock` seam: the runtime in the worker takes its time from this clock. */
+  readonly clock?: Clock;
+  /** The `wrapManager` seam: the runtime in the worker applies each command through this manager. */
+  readonly applyThrough?: KwebManager;
 }
 
 interface Settle<T> {
@@ -55,6 +62,8 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
   #settleRun: Settle<void> | undefined;
   #stopped: (() => void) | undefined;
   #closed: (() => void) | undefined;
+  /** Set once the worker thread is gone: nothing it held can answer. */
+  #gone = false;
   /** Set once the worker is gone or the runtime failed: every later request fails with it. */
   #failure: Error | undefined;
 
@@ -85,7 +94,9 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
     let lane: WorkerLane | undefined;
     let opened: Settle<{ recovered: readonly CommandEvent[]; feed: ChangeFeed }> | undefined;
     const buffered: LaneFromWorker[] = [];
+    const seams = new MainThreadSeams(options, (message) => channel.post(message));
     const channel = manager.laneChannel((message) => {
+      if (seams.handle(message)) return;
       if (lane !== undefined) return lane.#onMessage(message);
       if (message.type === "lane_opened") opened?.resolve({ recovered: message.recovered.map(toEvent), feed: new ChangeFeed(message.counters) });
       else if (message.type === "lane_open_failed") opened?.reject(failureFromWire(message.error, "the command lane could not be opened"));
@@ -96,7 +107,15 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
     const result = await Promise.race([
       new Promise<{ recovered: readonly CommandEvent[]; feed: ChangeFeed }>((resolve, reject) => {
         opened = { resolve, reject };
-        channel.post({ type: "lane_open", commandsPath: options.commandsPath, busyTimeoutMs: options.busyTimeoutMs, eventRetention: options.eventRetention, pauseFlag });
+        channel.post({
+          type: "lane_open",
+          commandsPath: options.commandsPath,
+          busyTimeoutMs: options.busyTimeoutMs,
+          eventRetention: options.eventRetention,
+          pauseFlag,
+          clockCell: seams.clockCell,
+          applyOnMain: options.applyThrough !== undefined,
+        });
       }),
       manager.failure.then((error) => {
         throw new KwebTaskError(error);
@@ -114,7 +133,7 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
     }
     lane = new WorkerLane({ channel, feed: result.feed, reader, recovered: result.recovered, options, pauseCell: pauseFlag ? new Int32Array(pauseFlag) : undefined });
     for (const message of buffered) lane.#onMessage(message);
-    void manager.failure.then((error) => lane!.#fail(new KwebTaskError(error)));
+    void manager.failure.then((error) => lane!.#workerGone(new KwebTaskError(error)));
     return lane;
   }
 
@@ -154,7 +173,7 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
     this.#reader.close();
     // A worker that died cannot answer (and its connection died with it);
     // one that dies meanwhile settles the wait through #fail.
-    if (!(this.#failure instanceof KwebTaskError)) {
+    if (!this.#gone) {
       await new Promise<void>((resolve) => {
         this.#closed = resolve;
         this.#channel.post({ type: "lane_close" });
@@ -182,7 +201,7 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
         return;
       }
       case "lane_failed":
-        this.#fail(failureFromWire(message.error, "the Kmap command runtime failed"));
+        this.#fail(runtimeFailure(message.error));
         return;
       case "lane_stopped":
         this.#settleRun?.resolve();
@@ -206,8 +225,19 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
         return;
       case "lane_opened":
       case "lane_open_failed":
+      case "lane_clock_now":
+      case "lane_clock_sleep":
+      case "lane_clock_cancel":
+      case "lane_apply":
         return;
     }
+  }
+
+  /** The worker thread died: the runtime's future rejects, and nothing waits for an answer from it. */
+  #workerGone(error: Error): void {
+    this.#gone = true;
+    this.#fail(error);
+    this.#closed?.();
   }
 
   /** The runtime failed or the worker died: the runtime's future rejects, and so does every waiting submission. */
@@ -219,5 +249,76 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
     this.#closed?.();
     for (const [, pending] of this.#submissions) pending.reject(error);
     this.#submissions.clear();
+  }
+}
+
+/**
+ * The runtime's failure as the worker reported it: a failure of the Kweb
+ * manager stays a KwebTaskError (what the runtime threw), with the chain
+ * below it; anything else is rebuilt as it was.
+ */
+function runtimeFailure(wire: WireFailure): Error {
+  const rebuilt = failureFromWire(wire, "the Kmap command runtime failed");
+  return wire[0]?.name === "KwebTaskError" ? new KwebTaskError(rebuilt.cause) : rebuilt;
+}
+
+/**
+ * The main thread's side of the Kmap core's test seams (worker-seams.ts):
+ * answers the worker runtime's questions of time from the `clock` and runs
+ * its applies through the wrapped manager. Without seams it handles nothing.
+ */
+class MainThreadSeams {
+  /** The cell `now()` answers in, when there is a clock. */
+  readonly clockCell: SharedArrayBuffer | undefined;
+  readonly #clock: Clock | undefined;
+  readonly #manager: KwebManager | undefined;
+  readonly #post: (message: LaneToWorker) => void;
+  readonly #sleeps = new Map<number, AbortController>();
+
+  constructor(options: WorkerLaneOptions, post: (message: LaneToWorker) => void) {
+    this.#clock = options.clock;
+    this.#manager = options.applyThrough;
+    this.#post = post;
+    this.clockCell = options.clock === undefined ? undefined : new SharedArrayBuffer(16);
+  }
+
+  /** Handles a seam's message; false for every other message. */
+  handle(message: LaneFromWorker): boolean {
+    switch (message.type) {
+      case "lane_clock_now": {
+        const flag = new Int32Array(this.clockCell!, 0, 1);
+        new Float64Array(this.clockCell!, 8, 1)[0] = this.#clock!.now();
+        Atomics.store(flag, 0, 1);
+        Atomics.notify(flag, 0);
+        return true;
+      }
+      case "lane_clock_sleep": {
+        const controller = new AbortController();
+        this.#sleeps.set(message.id, controller);
+        void this.#clock!.sleep(message.ms, controller.signal).then(() => {
+          this.#sleeps.delete(message.id);
+          this.#post({ type: "lane_clock_woke", id: message.id });
+        });
+        return true;
+      }
+      case "lane_clock_cancel":
+        this.#sleeps.get(message.id)?.abort();
+        return true;
+      case "lane_apply": {
+        const request = {
+          idempotencyId: message.idempotencyId,
+          command: parseCanonicalCommand(message.canonicalCommand),
+          expectedTransactionIds: message.expectedTransactionIds,
+        };
+        this.#manager!.apply(request).then(
+          (outcome) => this.#post({ type: "lane_applied", id: message.id, outcome }),
+          (error: unknown) =>
+            this.#post({ type: "lane_apply_failed", id: message.id, writerUnavailable: error instanceof WriterUnavailableError, error: failureToWire(error) }),
+        );
+        return true;
+      }
+      default:
+        return false;
+    }
   }
 }

@@ -16,7 +16,6 @@
  */
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -25,6 +24,7 @@ import { connect } from "@nats-io/transport-node";
 
 import { EmbeddedNatsServer, type EmbeddedNatsServerOptions } from "../../src/nats/embedded-server.js";
 import { waitFor } from "./wait-for.js";
+import { freePorts } from "./free-port.js";
 
 export interface StartNatsClusterOptions {
   /** Number of nodes (default 3). */
@@ -231,24 +231,6 @@ export async function removeAllNatsClusters(): Promise<void> {
 }
 
 const terminating = new Set<NodeJS.Signals>(["SIGKILL", "SIGTERM", "SIGINT", "SIGQUIT"]);
-
-/** `count` distinct free loopback ports (held together while choosing, so none repeats). */
-async function freePorts(count: number): Promise<number[]> {
-  const servers = await Promise.all(
-    Array.from(
-      { length: count },
-      () =>
-        new Promise<import("node:net").Server>((resolve, reject) => {
-          const server = createServer();
-          server.once("error", reject);
-          server.listen(0, "127.0.0.1", () => resolve(server));
-        }),
-    ),
-  );
-  const ports = servers.map((s) => (s.address() as import("node:net").AddressInfo).port);
-  await Promise.all(servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve()))));
-  return ports;
-}
 
 /** Whether `$JS.API.INFO` answers through the node at `url` (JetStream usable there). */
 async function accountInfoThrough(url: string): Promise<boolean> {

@@ -17,7 +17,7 @@ import {
   type KmapCore,
   type KwebManager,
 } from "../../src/kmap/index.js";
-import { openCommandQueue } from "../../src/kmap/internal.js";
+import { openCommandQueue, WorkerLane } from "../../src/kmap/internal.js";
 import { ManualClock } from "../helpers/manual-clock.js";
 import { waitFor } from "../helpers/wait-for.js";
 
@@ -26,7 +26,9 @@ import { waitFor } from "../helpers/wait-for.js";
  * submission order, writer outages that hold later commands, terminal
  * failures that do not, the bounded backoff schedule (on an injected
  * clock, never with sleeps), the in-memory wake-up, and a manager failure
- * that ends the runtime and is recovered exactly once.
+ * that ends the runtime and is recovered exactly once. The clock and the
+ * manager wrapper pass through to the lane in the Kweb worker thread, so
+ * these run the production path.
  */
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -38,6 +40,8 @@ async function openCore(options: { clock: ManualClock; wrapManager?: (m: KwebMan
   const directory = options.directory ?? (await mkdtemp(join(tmpdir(), "laneway-kmap-runtime-")));
   if (!options.directory) cleanups.push(() => rm(directory, { recursive: true, force: true }));
   const core = await openKmapCore({ directory, clock: options.clock, ...(options.wrapManager ? { wrapManager: options.wrapManager } : {}) });
+  // The seams keep the production topology: the lane runs in the Kweb worker thread.
+  expect(core.runtime).toBeInstanceOf(WorkerLane);
   let closed = false;
   const close = async () => {
     if (!closed) await core.close();

@@ -5,9 +5,10 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import type { WireProtocol } from "../../src/client/transport.js";
 import { MAX_FOLLOWERS_PER_PROJECT } from "../../src/lanes/index.js";
-import { exampleLanesConfig, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
+import { startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
 import { newToken, reasonOf, type LaneClient } from "../helpers/lanes.js";
 import { waitFor } from "../helpers/wait-for.js";
+import { buildLanesConfig } from "../helpers/lanes-config.js";
 
 /**
  * Readers cannot hurt writers. Against `laneway serve` (its embedded
@@ -37,13 +38,9 @@ const protocols: readonly WireProtocol[] = ["connect-binary", "grpc", "connect-j
 
 /** bulk: atlas publishes large events that beacon follows; chatter: cinder's own lane and group. */
 function lanesConfig(): Record<string, unknown> {
-  return exampleLanesConfig({
+  return buildLanesConfig({
     namespace: "readers",
-    principals: [
-      { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-      { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-      { project: "cinder", token_env: "CINDER_LANE_TOKEN" },
-    ],
+    projects: ["atlas", "beacon", "cinder"],
     lanes: [
       { id: "bulk", owner: "atlas", publishers: ["atlas"], subscribers: ["beacon"] },
       { id: "chatter", owner: "cinder", publishers: ["cinder"], subscribers: ["cinder"], groups: { tally: ["cinder"] } },

@@ -1,5 +1,4 @@
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DiscardPolicy, RetentionPolicy, StorageType } from "@nats-io/jetstream";
@@ -10,6 +9,7 @@ import { runCli } from "../../src/cli/main.js";
 import { collectLines, exampleLanesConfig, generateTokens, spawnLaneway, startLanewayInProcess } from "../helpers/laneway.js";
 import { brokerSnapshot, withJetStream, type BrokerSnapshot } from "../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
+import { freePort } from "../helpers/free-port.js";
 
 /**
  * `laneway serve` against a broker whose namespace is incompatible with
@@ -95,12 +95,8 @@ async function captureStderr<T>(action: () => Promise<T>): Promise<{ result: T; 
 }
 
 /** A loopback port nothing listens on. */
-async function closedPort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise((resolve) => server.close(resolve));
-  return port;
+function closedPort(): Promise<number> {
+  return freePort();
 }
 
 /** The one line a failed start prints for people (`laneway: …`), after asserting it is the only one. */

@@ -6,81 +6,21 @@
  * the machine's 6379). Clients are the generated ones; members connect to
  * NATS with the credential they were minted.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { randomBytes } from "node:crypto";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createAccount } from "@nats-io/nkeys";
 import { connect, credsAuthenticator, type NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import type { Client } from "@connectrpc/connect";
-import { Redis } from "ioredis";
 import type { WireProtocol } from "../../src/client/transport.js";
 import { HiveHubService } from "../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { hiveBrokerSetup, initHive, loadHiveTrust, type HiveTrust } from "../../src/swarm/index.js";
 import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
 
-/** A redis-server of the test's own. */
-export interface TestRedis {
-  readonly port: number;
-  /** The admin URL (default user with its password). A secret. */
-  readonly adminUrl: string;
-  readonly adminPassword: string;
-  stop(): Promise<void>;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      const port = typeof address === "object" && address !== null ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
-}
-
-export async function startRedis(): Promise<TestRedis> {
-  const port = await freePort();
-  const adminPassword = randomBytes(24).toString("hex");
-  const child: ChildProcess = spawn(
-    "/usr/bin/redis-server",
-    ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--requirepass", adminPassword, "--daemonize", "no"],
-    { stdio: "ignore" },
-  );
-  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const adminUrl = `redis://default:${adminPassword}@127.0.0.1:${port}/0`;
-  await waitFor(() => redisAuthWorks(adminUrl), { timeoutMs: 30_000, what: "redis-server to accept connections" });
-  return {
-    port,
-    adminUrl,
-    adminPassword,
-    async stop() {
-      child.kill("SIGKILL");
-      await exited;
-    },
-  };
-}
-
-/** Whether a Redis URL's user and password authenticate. */
-export async function redisAuthWorks(url: string): Promise<boolean> {
-  const client = new Redis(url, { lazyConnect: true, enableReadyCheck: false, retryStrategy: () => null, maxRetriesPerRequest: 0, enableOfflineQueue: false, connectTimeout: 5_000 });
-  client.on("error", () => {});
-  try {
-    await client.connect();
-    return (await client.ping()) === "PONG";
-  } catch {
-    return false;
-  } finally {
-    client.disconnect();
-  }
-}
+export { redisAuthWorks, startRedis, type TestRedis } from "../helpers/redis.js";
 
 /** A `file:` signer folder the test edits (member_swarms), with its own signing key. */
 export interface FileSigner {

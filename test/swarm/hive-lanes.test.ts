@@ -13,6 +13,7 @@ import { startLanewayInProcess, startLanewayProcess, type InProcessLaneway } fro
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
 import { jetStreamOf, SecretLedger, startHive, type HiveUnderTest } from "./hive-fixture.js";
+import { buildLanesConfig } from "../helpers/lanes-config.js";
 
 /**
  * The hive as a lane participant (the lanes specification's "Hive
@@ -109,15 +110,9 @@ beforeAll(async () => {
   lanesNats = await startNatsServer();
   lanes = await startLanewayInProcess({
     natsUrl: lanesNats.url,
-    lanesConfig: {
+    lanesConfig: buildLanesConfig({
       namespace: "governance",
-      principals: [
-        { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-        { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-        { project: "hive", token_env: "HIVE_PROJECT_TOKEN" },
-        { project: "quiet", token_env: "QUIET_PROJECT_TOKEN" },
-        { project: "keeper", token_env: "KEEPER_PROJECT_TOKEN" },
-      ],
+      projects: ["atlas", "beacon", { project: "hive", token_env: "HIVE_PROJECT_TOKEN" }, { project: "quiet", token_env: "QUIET_PROJECT_TOKEN" }, { project: "keeper", token_env: "KEEPER_PROJECT_TOKEN" }],
       lanes: [
         {
           id: LANE,
@@ -129,7 +124,7 @@ beforeAll(async () => {
       ],
       retry_delay: "200ms",
       max_retry_delay: "1s",
-    },
+    }),
     env: { HIVE_PROJECT_TOKEN: hiveToken, QUIET_PROJECT_TOKEN: quietToken, KEEPER_PROJECT_TOKEN: keeperToken },
   });
   secrets.add(lanes.tokens.atlas, lanes.tokens.beacon);

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "vitest";
 import { BusConfigError, busConfigFromEnv, checkBusConfig, openBus } from "../../../src/swarm-bus/index.js";
+import { freePort } from "../../helpers/free-port.js";
 
 /** The bus settings from the hive.env variables, and their refusals (which never repeat a URL or credential). */
 
@@ -62,14 +63,7 @@ describe("the hive.env variables", () => {
   });
 
   test("an unreachable broker is a typed unavailable error that names no address", async () => {
-    const { createServer } = await import("node:net");
-    const port = await new Promise<number>((resolve) => {
-      const server = createServer();
-      server.listen(0, "127.0.0.1", () => {
-        const address = server.address() as { port: number };
-        server.close(() => resolve(address.port));
-      });
-    });
+    const port = await freePort();
     let error: (Error & { reason?: string }) | undefined;
     try {
       await openBus({ backend: "nats", url: `nats://127.0.0.1:${port}`, scoped: true, bind: true });

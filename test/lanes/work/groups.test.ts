@@ -1,11 +1,11 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { DeliveryState, LaneService, RecordKind, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, jsonPayload, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
+import { DeliveryState, LaneService, RecordKind, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, jsonPayload, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
 import {
   claimAll,
   claimOne,
@@ -21,7 +21,8 @@ import {
   stateOf,
   waitReleased,
   workOn,
-} from "../helpers/work.js";
+} from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Work groups through the generated client, Laneway in this process on a
@@ -51,13 +52,9 @@ import {
 const cinderToken = newToken();
 
 function config(namespace: string, bounds: Record<string, unknown>): Record<string, unknown> {
-  return {
+  return buildLanesConfig({
     namespace,
-    principals: [
-      { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-      { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-      { project: "cinder", token_env: "CINDER_LANE_TOKEN" },
-    ],
+    projects: ["atlas", "beacon", "cinder"],
     lanes: [
       {
         id: "jobs",
@@ -79,7 +76,7 @@ function config(namespace: string, bounds: Record<string, unknown>): Record<stri
       ...[0, 1, 2].map((i) => ({ id: `combined-${i}`, owner: "atlas", publishers: ["atlas"], groups: { combiners: ["beacon"] } })),
     ],
     ...bounds,
-  };
+  });
 }
 
 const LEASE_MS = 1_000;

@@ -1,12 +1,13 @@
-import { createServer } from "node:net";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, RecordKind, type ClaimResponse } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { laneSubjects } from "../../src/lanes/names.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { completionOf, inspectGroup, publishWork, receiptOf, waitOf } from "../helpers/work.js";
+import { LaneService, RecordKind, type ClaimResponse } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { laneSubjects } from "../../../src/lanes/names.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { completionOf, inspectGroup, publishWork, receiptOf, waitOf } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
+import { freePort } from "../../helpers/free-port.js";
 
 /**
  * What one Laneway process shares between the callers of one lane or group:
@@ -23,12 +24,9 @@ import { completionOf, inspectGroup, publishWork, receiptOf, waitOf } from "../h
  */
 
 const WAITERS = 24;
-const config = {
+const config = buildLanesConfig({
   namespace: "watchers",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "wake", owner: "atlas", publishers: ["atlas"], groups: { waiters: ["beacon"] } },
     { id: "other", owner: "atlas", publishers: ["atlas"], groups: { waiters: ["beacon"] } },
@@ -36,24 +34,13 @@ const config = {
     { id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { takers: ["beacon"] } },
   ],
   lease: "30s",
-};
+});
 
 let nats: NatsServerHandle;
 let monitorUrl: string;
 let laneway: InProcessLaneway;
 let atlas: LaneClient;
 let beacon: LaneClient;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const address = server.address();
-      server.close(() => (typeof address === "object" && address !== null ? resolve(address.port) : reject(new Error("no port"))));
-    });
-  });
-}
 
 beforeAll(async () => {
   const port = await freePort();

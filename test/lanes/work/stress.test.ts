@@ -1,12 +1,13 @@
 import { afterAll, expect, test } from "vitest";
-import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { removeAllNatsClusters, startNatsCluster } from "../helpers/nats-cluster.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { inspectGroup, publishWork } from "../helpers/work.js";
-import { checkAudit, Fleet, newAuditLog, runStress } from "../helpers/work-stress.js";
+import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { removeAllNatsClusters, startNatsCluster } from "../../helpers/nats-cluster.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { inspectGroup, publishWork } from "../../helpers/work.js";
+import { checkAudit, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * At least once, and never two live leases: three `laneway serve` child
@@ -52,12 +53,9 @@ const ITEMS = Number(process.env.LANEWAY_STRESS_ITEMS ?? (CLUSTER ? 1_000 : 10_0
 const LEASE_MS = 3_000;
 const bounds = { retryDelayMs: 20, maxRetryDelayMs: 200 };
 const tokens = generateTokens();
-const config = (namespace: string) => ({
+const config = (namespace: string) => buildLanesConfig({
   namespace,
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [{ id: "jobs", owner: "atlas", publishers: ["atlas"], groups: { workers: ["atlas", "beacon"] } }],
   lease: "3s",
   retry_delay: `${bounds.retryDelayMs}ms`,

@@ -1,11 +1,12 @@
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, receiptOf } from "../helpers/work.js";
+import { LaneService, RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, receiptOf } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Groups at the edges of their state:
@@ -25,19 +26,16 @@ import { claimOne, inspectGroup, ledgerValue, publishWork, putLedgerValue, recei
  *   what the operator can do.
  */
 
-const config = {
+const config = buildLanesConfig({
   namespace: "edges",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "fresh", owner: "atlas", publishers: ["atlas"], groups: { idle: ["beacon"] }, recoverers: { idle: ["beacon"] } },
     { id: "older", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] }, recoverers: { g: ["beacon"] } },
     { id: "garbled", owner: "atlas", publishers: ["atlas"], groups: { g: ["beacon"] } },
   ],
   lease: "30s",
-};
+});
 
 const shortConfig = {
   ...config,

@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { completedCount, completionOf, inspectGroup, publishWork, receiptOf } from "../helpers/work.js";
+import { LaneService, RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { completedCount, completionOf, inspectGroup, publishWork, receiptOf } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Two Laneway servers (two process memories) taking turns on one group
@@ -15,12 +16,9 @@ import { completedCount, completionOf, inspectGroup, publishWork, receiptOf } fr
  */
 
 const tokens = generateTokens();
-const config = {
+const config = buildLanesConfig({
   namespace: "turns",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "mixed", owner: "atlas", publishers: ["atlas"], groups: { takers: ["beacon"] } },
     { id: "quiet", owner: "atlas", publishers: ["atlas"], groups: { takers: ["beacon"] } },
@@ -28,7 +26,7 @@ const config = {
   ],
   max_ledger: 512,
   max_pending: 512,
-};
+});
 
 let nats: NatsServerHandle;
 let one: InProcessLaneway;

@@ -1,12 +1,13 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { DeliveryState, LaneService, type GroupState, type RecoveryResult } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, completionOf, deliveriesView, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser } from "../helpers/work.js";
+import { DeliveryState, LaneService, type GroupState, type RecoveryResult } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, completionOf, deliveriesView, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Explicit same-namespace group recovery, on a namespace whose records are
@@ -35,13 +36,9 @@ const LANE_BOUNDS = { retention: "2s", duplicate_window: "1s", lease: "4s", retr
 const cinderToken = newToken();
 const tokens = generateTokens();
 
-const config = {
+const config = buildLanesConfig({
   namespace: "recover",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-    { project: "cinder", token_env: "CINDER_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon", "cinder"],
   lanes: [
     { id: "absent", owner: "atlas", publishers: ["atlas"], groups: { solo: ["atlas", "beacon"] }, recoverers: { solo: ["beacon"] } },
     { id: "gap", owner: "atlas", publishers: ["atlas"], groups: { gappers: ["beacon"] }, recoverers: { gappers: ["beacon"] } },
@@ -58,7 +55,7 @@ const config = {
     },
   ],
   ...LANE_BOUNDS,
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;

@@ -1,9 +1,10 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { claimOne, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased } from "../helpers/work.js";
+import { DeliveryState, LaneService, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayProcess, type ChildLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { claimOne, deliveryOf, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Durable retry/fresh fairness across independent Laneway processes: two
@@ -21,12 +22,9 @@ import { claimOne, deliveryOf, inspectGroup, publishWork, receiptOf, responseLos
  */
 
 const tokens = generateTokens();
-const config = {
+const config = buildLanesConfig({
   namespace: "fairness",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "turns", owner: "atlas", publishers: ["atlas"], groups: { fair: ["beacon"] } },
     { id: "rotation", owner: "atlas", publishers: ["atlas"], groups: { rotors: ["beacon"] } },
@@ -34,7 +32,7 @@ const config = {
   lease: "1s",
   retry_delay: "100ms",
   max_retry_delay: "100ms",
-};
+});
 
 let nats: NatsServerHandle;
 const processes: ChildLaneway[] = [];

@@ -3,13 +3,14 @@ import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { runCli } from "../../src/cli/main.js";
-import { collectLines, repoRoot, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { jsonPayload, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { completionOf, deliveriesView, inspectGroup, publishWork, stateOf } from "../helpers/work.js";
+import { DeliveryState, LaneService, RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { runCli } from "../../../src/cli/main.js";
+import { collectLines, repoRoot, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { jsonPayload, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { completionOf, deliveriesView, inspectGroup, publishWork, stateOf } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * `laneway lanes claim | claim-batch | renew | ack | nack | inspect |
@@ -19,12 +20,9 @@ import { completionOf, deliveriesView, inspectGroup, publishWork, stateOf } from
  * LANEWAY_RECEIPT and are never echoed in errors.
  */
 
-const config = {
+const config = buildLanesConfig({
   namespace: "cli-work",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "jobs", owner: "atlas", publishers: ["atlas"], groups: { workers: ["beacon"] }, recoverers: { workers: ["beacon"] } },
     { id: "tasks", owner: "atlas", publishers: ["atlas", "beacon"], groups: { runners: ["beacon"] } },
@@ -32,7 +30,7 @@ const config = {
   lease: "5s",
   retry_delay: "1h",
   max_retry_delay: "1h",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;

@@ -1,13 +1,13 @@
 import { readFile } from "node:fs/promises";
 import { ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { Participant } from "../../src/participant/index.js";
-import { exampleLanesConfig, generateTokens, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
-import { reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { completedCount, groupBucketUsage, inspectGroup, publishWork } from "../helpers/work.js";
+import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { Participant } from "../../../src/participant/index.js";
+import { exampleLanesConfig, generateTokens, startLanewayProcess, type ChildLaneway } from "../../helpers/laneway.js";
+import { reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { completedCount, groupBucketUsage, inspectGroup, publishWork } from "../../helpers/work.js";
 
 /**
  * A work group keeps up with a sustained load, with the default bounds

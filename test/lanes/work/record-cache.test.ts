@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, codeAndReason, deliveryOf, inspectGroup, publishWork, receiptOf } from "../helpers/work.js";
+import { DeliveryState, LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, codeAndReason, deliveryOf, inspectGroup, publishWork, receiptOf } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * A long-lived Laneway keeps the envelopes of records it recently read, so
@@ -21,12 +22,9 @@ import { claimOne, codeAndReason, deliveryOf, inspectGroup, publishWork, receipt
  */
 
 const tokens = generateTokens();
-const config = {
+const config = buildLanesConfig({
   namespace: "cache",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [{ id: "long", owner: "atlas", publishers: ["atlas"], groups: { readers: ["beacon"] } }],
   lease: "1h",
   retry_delay: "1ms",
@@ -34,7 +32,7 @@ const config = {
   ack_retention: "1s",
   max_ledger: 512,
   max_pending: 512,
-};
+});
 
 let nats: NatsServerHandle;
 let reader: InProcessLaneway;

@@ -1,12 +1,13 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
-import { expectLaneError, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, completionOf, inspectGroup, ledgerValue, publishWork, receiptOf, waitReleased } from "../helpers/work.js";
+import { LaneService, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayProcess, type ChildLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, completionOf, inspectGroup, ledgerValue, publishWork, receiptOf, waitReleased } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * What a receipt can still do once its delivery is completed, against a
@@ -22,20 +23,16 @@ import { claimOne, completionOf, inspectGroup, ledgerValue, publishWork, receipt
 const ACK_RETENTION_MS = 15_000;
 const tokens = generateTokens();
 const cinderToken = newToken();
-const config = {
+const config = buildLanesConfig({
   namespace: "receipts",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-    { project: "cinder", token_env: "CINDER_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon", "cinder"],
   lanes: [
     { id: "jobs", owner: "atlas", publishers: ["atlas"], groups: { workers: ["atlas", "beacon"], auditors: ["beacon"] }, recoverers: { workers: ["beacon"] } },
     { id: "other", owner: "atlas", publishers: ["atlas"], groups: { workers: ["atlas", "beacon"] } },
   ],
   lease: "1s",
   ack_retention: "15s",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: ChildLaneway;

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
 import { ConnectError } from "@connectrpc/connect";
-import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { exampleLanesConfig, generateTokens, startLanewayProcess, type ChildLaneway } from "../helpers/laneway.js";
-import { reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { inspectGroup, publishWork, waitOf } from "../helpers/work.js";
+import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { exampleLanesConfig, generateTokens, startLanewayProcess, type ChildLaneway } from "../../helpers/laneway.js";
+import { reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { inspectGroup, publishWork, waitOf } from "../../helpers/work.js";
 
 /**
  * Two `laneway serve` processes share one group fairly under sustained

@@ -1,11 +1,12 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { SeededRandom } from "../helpers/seeded-random.js";
-import { completedCount, completionOf, inspectGroup, leaseEnd, publishWork, receiptOf } from "../helpers/work.js";
+import { LaneService, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { SeededRandom } from "../../helpers/seeded-random.js";
+import { completedCount, completionOf, inspectGroup, leaseEnd, publishWork, receiptOf } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Concurrent claims and acks on one group from two Laneway servers on one
@@ -27,12 +28,9 @@ import { completedCount, completionOf, inspectGroup, leaseEnd, publishWork, rece
 const tokens = generateTokens();
 const LEASE_MS = 30_000;
 const RETRY_MS = 5;
-const config = {
+const config = buildLanesConfig({
   namespace: "concurrent",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "race", owner: "atlas", publishers: ["atlas"], groups: { racers: ["atlas", "beacon"] } },
     { id: "flood", owner: "atlas", publishers: ["atlas"], groups: { crowd: ["atlas", "beacon"] } },
@@ -41,7 +39,7 @@ const config = {
   max_pending: 512,
   retry_delay: `${RETRY_MS}ms`,
   max_retry_delay: `${RETRY_MS}ms`,
-};
+});
 
 let nats: NatsServerHandle;
 let one: InProcessLaneway;

@@ -1,12 +1,13 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type GroupState, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, codeAndReason, deliveriesView, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased, whenBack } from "../helpers/work.js";
+import { DeliveryState, LaneService, type GroupState, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, codeAndReason, deliveriesView, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, responseLoser, waitReleased, whenBack } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Reusable slots at the shared bucket's growth boundary: a namespace whose
@@ -36,12 +37,9 @@ const LEDGER_BYTES = 1_048_576;
 const ACK_RETENTION_MS = 6_000;
 const tokens = generateTokens();
 const lanes = ["s1", "s2", "s3", "s4", "s5", "s6"];
-const config = {
+const config = buildLanesConfig({
   namespace: "slots",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: lanes.map((lane, i) => ({
     id: lane,
     owner: "atlas",
@@ -58,7 +56,7 @@ const config = {
   ack_retention: "6s",
   retry_delay: "1h",
   max_retry_delay: "1h",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;

@@ -1,13 +1,14 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type GroupState, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { worstCaseLedgerBytes } from "../../src/lanes/ledger-capacity.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, newToken, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { claimOne, completionOf, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, storedLedgerMessage, waitReleased } from "../helpers/work.js";
+import { DeliveryState, LaneService, type GroupState, type Work } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { worstCaseLedgerBytes } from "../../../src/lanes/ledger-capacity.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, newToken, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { claimOne, completionOf, deliveryOf, groupBucketUsage, inspectGroup, publishWork, receiptOf, storedLedgerMessage, waitReleased } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * A group ledger at its byte and delivery bounds, in its maximum shape:
@@ -38,12 +39,9 @@ const GROUP = long("group");
 const MAX_LEDGER = 512;
 const longToken = newToken();
 
-const config = {
+const config = buildLanesConfig({
   namespace: NAMESPACE,
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: PROJECT, token_env: "LONG_LANE_TOKEN" },
-  ],
+  projects: ["atlas", { project: PROJECT, token_env: "LONG_LANE_TOKEN" }],
   lanes: [{ id: LANE, owner: "atlas", publishers: ["atlas"], groups: { [GROUP]: [PROJECT] }, recoverers: { [GROUP]: [PROJECT] } }],
   max_ledger: MAX_LEDGER,
   max_pending: 512,
@@ -53,7 +51,7 @@ const config = {
   // A nack parks its delivery for an hour: it keeps its slot without a live lease.
   retry_delay: "1h",
   max_retry_delay: "1h",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;

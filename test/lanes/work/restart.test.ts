@@ -1,11 +1,12 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { LaneService, type GroupState } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { expectLaneError, reasonOf, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { claimOne, completionOf, inspectGroup, publishWork, receiptOf, workOn, whenBack } from "../helpers/work.js";
+import { LaneService, type GroupState } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { generateTokens, startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { expectLaneError, reasonOf, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { claimOne, completionOf, inspectGroup, publishWork, receiptOf, workOn, whenBack } from "../../helpers/work.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * Work groups across restarts, Laneway in this process on a test-owned
@@ -25,12 +26,9 @@ import { claimOne, completionOf, inspectGroup, publishWork, receiptOf, workOn, w
 const tokens = generateTokens();
 /** The default ack_retention (24 h): a duplicate's time is its history bucket's last, at most 1/16 of it after the original. */
 const ACK_RETENTION_MS = 24 * 3_600_000;
-const config = {
+const config = buildLanesConfig({
   namespace: "restart",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "durable", owner: "atlas", publishers: ["atlas"], groups: { keepers: ["atlas", "beacon"] }, recoverers: { keepers: ["beacon"] } },
     { id: "outage", owner: "atlas", publishers: ["atlas"], groups: { survivors: ["beacon"] }, recoverers: { survivors: ["beacon"] } },
@@ -38,7 +36,7 @@ const config = {
   operation_timeout: "2s",
   retry_delay: "100ms",
   max_retry_delay: "100ms",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;

@@ -1,12 +1,13 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
-import { Participant, type ClaimedWork } from "../../src/participant/index.js";
-import { startLanewayInProcess, type InProcessLaneway } from "../helpers/laneway.js";
-import { jsonPayload, type LaneClient } from "../helpers/lanes.js";
-import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
-import { waitFor } from "../helpers/wait-for.js";
-import { callHolder, completionOf, deliveriesView, inspectGroup, stateOf } from "../helpers/work.js";
-import { RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { DeliveryState, LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { Participant, type ClaimedWork } from "../../../src/participant/index.js";
+import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
+import { jsonPayload, type LaneClient } from "../../helpers/lanes.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { callHolder, completionOf, deliveriesView, inspectGroup, stateOf } from "../../helpers/work.js";
+import { RecordKind } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * The participant library (the specification's `laneparticipant`) against
@@ -23,12 +24,9 @@ import { RecordKind } from "../../gen/laneway/lane/v1/lane_service_pb.js";
  *   nacked, and run() returns once everything is settled.
  */
 
-const config = {
+const config = buildLanesConfig({
   namespace: "participant",
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
+  projects: ["atlas", "beacon"],
   lanes: [
     { id: "tasks", owner: "atlas", publishers: ["atlas", "beacon"], groups: { workers: ["beacon"] } },
     { id: "bounded", owner: "atlas", publishers: ["atlas"], groups: { workers: ["beacon"] } },
@@ -38,7 +36,7 @@ const config = {
   lease: "2s",
   retry_delay: "1h",
   max_retry_delay: "1h",
-};
+});
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;
