@@ -88,7 +88,8 @@ export class Replayer {
 
   /** A page on `range`; "stale" when `range` is a known one (not `fresh`) that the cursor or the read contradicts. */
   async #page(stream: string, lane: string, requested: Cursor, maxEvents: number, range: StoreRange, fresh: boolean, signal?: AbortSignal): Promise<ReplayPage | "stale"> {
-    const { first, last } = range;
+    const { first } = range;
+    let { last } = range;
     const firstRetained = first > 0 && first <= last ? first : 0;
     // Compared exactly: a uint64 cursor above 2^53 is quoted as it was sent.
     if (BigInt(requested) > BigInt(last)) {
@@ -143,6 +144,13 @@ export class Replayer {
       // A short read (the page's bytes, or nothing more arrived in time)
       // ends the page: the cursor has passed nothing unread.
       if (records.length < count) break;
+      // The end of a range known from earlier pages is not the lane's end:
+      // a page that could hold more asks the broker once for the present
+      // range and reads on, so that `last_sequence` is never an old one.
+      if (!fresh && expected > last && events.length < maxEvents && examined < MAX_EXAMINED && bytes < PAGE_BYTES) {
+        fresh = true;
+        last = Math.max(last, (await this.store.range(stream, signal)).last);
+      }
     }
     // The reads may have learnt of later records (their pending counts).
     const lastSequence = Math.max(last, this.store.knownRange(stream)?.last ?? 0);

@@ -46,6 +46,7 @@ beforeAll(async () => {
     { id: "paging", owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
     { id: "tail", owner: "atlas", publishers: ["atlas", "beacon"], subscribers: ["atlas", "beacon"] },
     { id: "window", owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
+    { id: "growing", owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"] },
   );
   // A short broker duplicate window, so that a test can repeat a publication outside it.
   config.duplicate_window = "1s";
@@ -228,6 +229,25 @@ describe("idempotent publication", () => {
 });
 
 describe("replay pages and cursors", () => {
+  test("a page read after more records arrived reads them and reports the present last sequence, not the one earlier pages saw", async () => {
+    const lane = "growing";
+    const before = (await atlas.replay({ lane, cursor: 0n })).lastSequence;
+    const first = published(await atlas.publish(eventOn("window-a", { n: 1 }, { lane })));
+    const second = published(await atlas.publish(eventOn("window-b", { n: 2 }, { lane })));
+    // Pages read up to the lane's end: this Laneway now knows its range.
+    const seen = await atlas.replay({ lane, cursor: before });
+    expect(seen.events.map((e) => e.id)).toEqual(["window-a", "window-b"]);
+    expect(seen.lastSequence).toBe(second.sequence);
+    const third = published(await atlas.publish(eventOn("window-c", { n: 3 }, { lane })));
+    // From the start, and from before the first: each page reaches the new record and its sequence.
+    for (const cursor of [0n, first.sequence - 1n]) {
+      const page = await atlas.replay({ lane, cursor });
+      expect(page.events.map((e) => e.id).slice(-3), `cursor ${cursor}`).toEqual(["window-a", "window-b", "window-c"]);
+      expect(page.cursor, `cursor ${cursor}`).toBe(third.sequence);
+      expect(page.lastSequence, `cursor ${cursor}`).toBe(third.sequence);
+    }
+  });
+
   test("a cursor beyond the end of the lane fails with lane_cursor", async () => {
     const page = await atlas.replay({ lane: "measurements", cursor: 0n });
     const error = await expectLaneError(() => atlas.replay({ lane: "measurements", cursor: page.lastSequence + 1n }), Code.Aborted, "lane_cursor");
