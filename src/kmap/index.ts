@@ -16,4 +16,4 @@ export { WriterUnavailableError, type KwebManager } from "./kweb-manager.js";
 export { openKmapCore, type KmapCore } from "./kmap-core.js";
 export { FIRST_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS } from "./retry-backoff.js";
 export { validateSubmission, type Submission } from "./submission.js";
-export { KwebReader, verifyTransaction, type KwebNode, type KwebTransaction } from "./kweb/index.js";
+export { KwebReader, type KwebNode, type KwebTransaction } from "./kweb/index.js";
