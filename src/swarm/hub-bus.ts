@@ -96,18 +96,37 @@ export interface HubBusOptions {
   readonly maxSwarms?: number;
 }
 
-/** Options of one migration call. */
-export interface HubMigrationOptions {
+/** What every migration names: its swarm, and who hears of its progress. */
+export interface MigrationParams {
+  readonly swarm: string;
   readonly onProgress?: (progress: MigrationProgress) => void | Promise<void>;
-  /** Aborting stops the copy at the next message boundary (the pending mark stays; a repeat resumes). */
-  readonly signal?: AbortSignal;
 }
 
-/** What the hub's operator RPCs use. */
+export interface MigrateStateParams extends MigrationParams {
+  /** The legacy KV bucket. */
+  readonly bucket: string;
+  /** The keys the swarm owns in it. */
+  readonly keys: readonly string[];
+}
+
+export interface MigrateQueueParams extends MigrationParams {
+  /** The legacy queue's subject. */
+  readonly name: string;
+  /** The target queue's policy (default: the library's). */
+  readonly policy?: QueuePolicy;
+}
+
+export type MigrateDeadParams = MigrationParams;
+
+/**
+ * What the hub's operator RPCs use: one params object per migration and the
+ * call's signal, whose abort stops the copy at the next message boundary
+ * (the pending mark stays; a repeat resumes).
+ */
 export interface HubMigrator {
-  migrateState(swarm: string, bucket: string, keys: readonly string[], options?: HubMigrationOptions): Promise<MigrationResult>;
-  migrateQueue(swarm: string, name: string, policy: QueuePolicy, options?: HubMigrationOptions): Promise<MigrationResult>;
-  migrateDead(swarm: string, options?: HubMigrationOptions): Promise<MigrationResult>;
+  migrateState(params: MigrateStateParams, signal?: AbortSignal): Promise<MigrationResult>;
+  migrateQueue(params: MigrateQueueParams, signal?: AbortSignal): Promise<MigrationResult>;
+  migrateDead(params: MigrateDeadParams, signal?: AbortSignal): Promise<MigrationResult>;
 }
 
 /**
@@ -270,16 +289,19 @@ export class HubBus implements HubMigrator, HubProvisioner {
     return pending;
   }
 
-  migrateState(swarm: string, bucket: string, keys: readonly string[], options: HubMigrationOptions = {}): Promise<MigrationResult> {
-    return this.#migrate("state", swarm, () => this.#bus.migrateState(swarm, bucket, keys, this.#migrationOptions(options)));
+  migrateState(params: MigrateStateParams, signal?: AbortSignal): Promise<MigrationResult> {
+    const { swarm, bucket, keys } = params;
+    return this.#migrate("state", swarm, () => this.#bus.migrateState(swarm, bucket, keys, this.#migrationOptions(params, signal)));
   }
 
-  migrateQueue(swarm: string, name: string, policy: QueuePolicy, options: HubMigrationOptions = {}): Promise<MigrationResult> {
-    return this.#migrate("queue", swarm, () => this.#bus.migrateQueue(swarm, name, policy, this.#migrationOptions(options)));
+  migrateQueue(params: MigrateQueueParams, signal?: AbortSignal): Promise<MigrationResult> {
+    const { swarm, name, policy = {} } = params;
+    return this.#migrate("queue", swarm, () => this.#bus.migrateQueue(swarm, name, policy, this.#migrationOptions(params, signal)));
   }
 
-  migrateDead(swarm: string, options: HubMigrationOptions = {}): Promise<MigrationResult> {
-    return this.#migrate("dead", swarm, () => this.#bus.migrateDead(swarm, this.#migrationOptions(options)));
+  migrateDead(params: MigrateDeadParams, signal?: AbortSignal): Promise<MigrationResult> {
+    const { swarm } = params;
+    return this.#migrate("dead", swarm, () => this.#bus.migrateDead(swarm, this.#migrationOptions(params, signal)));
   }
 
   /** Stops the fan-in (events being handled finish first); the connection is the hub's and stays open. */
@@ -344,8 +366,7 @@ export class HubBus implements HubMigrator, HubProvisioner {
     this.#o.log.debug("hub event fanned in", { stream: event.source, seq: event.seq, subject: event.subject, swarm: key, deliveries: event.deliveryCount });
   }
 
-  #migrationOptions(options: HubMigrationOptions) {
-    const { signal, onProgress } = options;
+  #migrationOptions({ onProgress }: MigrationParams, signal: AbortSignal | undefined) {
     return {
       pausePoints: this.#pause,
       onProgress: async (progress: MigrationProgress) => {
