@@ -5,7 +5,8 @@ import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_ser
 import { createLanewayTransport } from "../../client/transport.js";
 import { hiveBrokerSetup, HUB_PAUSE_POINTS, hubMigrationMarks, openHiveHub, SwarmError, type HiveHub, type SwarmReason } from "../../swarm/index.js";
 import { HiveLanes, hiveLanesSettingsFromEnv, type HiveLanesSettings, type LaneClient } from "../../client/hive-lanes/index.js";
-import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
+import { Counter, type Registry } from "prom-client";
+import { implement, type CoreBinding, type CoreCallMetrics, type ErrorDomainSpec } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
 
 /**
@@ -35,6 +36,29 @@ const reasons: Readonly<Record<SwarmReason, Code>> = {
 
 const errors: ErrorDomainSpec = { domain: "swarm", reasons, fallbackReasons: { invalid: "swarm_invalid", unavailable: "swarm_unavailable" } };
 
+/** The hive's metrics (docs/operations.md lists them): credentials minted and refused, invites, retirements. */
+function swarmMetrics(registry: Registry): CoreCallMetrics {
+  const registers = [registry];
+  const minted = new Counter({ name: "laneway_hive_credentials_minted_total", help: "Hive member credentials minted, by kind (join, refresh).", labelNames: ["kind"], registers });
+  const mintRefusals = new Counter({ name: "laneway_hive_credential_refusals_total", help: "Join and Refresh calls refused, by reason.", labelNames: ["reason"], registers });
+  const revocations = new Counter({ name: "laneway_hive_revocations_total", help: "Hive members retired (their credentials revoked) by RetireMember.", registers });
+  const invites = new Counter({ name: "laneway_hive_invites_total", help: "Hive member invites issued.", registers });
+  for (const kind of ["join", "refresh"]) minted.inc({ kind }, 0);
+  revocations.inc(0);
+  invites.inc(0);
+  return {
+    succeeded(service, method) {
+      if (service === HiveMemberService.typeName) {
+        if (method === "Join" || method === "Refresh") minted.inc({ kind: method.toLowerCase() });
+      } else if (method === "RetireMember") revocations.inc();
+      else if (method === "Invite") invites.inc();
+    },
+    refused(service, method, reason) {
+      if (service === HiveMemberService.typeName && (method === "Join" || method === "Refresh")) mintRefusals.inc({ reason });
+    },
+  };
+}
+
 export const swarmBinding: CoreBinding = {
   name: "swarm",
   title: "the hive hub",
@@ -45,6 +69,7 @@ export const swarmBinding: CoreBinding = {
     { service: HiveMemberService, principal: "member" },
   ],
   principals: { member: "a hive member's invite secret" },
+  metrics: swarmMetrics,
   // Read by the hub as it opens (their names are the specification's wire contract).
   settings: {
     core: "swarm",
