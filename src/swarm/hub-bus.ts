@@ -2,7 +2,7 @@
  * The hub's bus: provisioning, event fan-in and migration, on the hub's own
  * NATS connection (its service user in the hive account).
  *
- * Mode, from the server's environment (busModeFromEnv):
+ * Mode, from the hub's settings (hubSettingsFromEnv, open-hive-hub.ts):
  *
  * | `AGENTIHOOKS_BUS_SCOPED` | `AGENTIHOOKS_BUS_BIND` | the hub |
  * | --- | --- | --- |
@@ -36,12 +36,10 @@
  * in the background and retry every `refreshIntervalMs` while the broker
  * is unreachable.
  */
-import type { Env } from "../config/index.js";
-import { envValue } from "../config/index.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { BrokerConnection } from "../nats/index.js";
-import { busModeFromEnv, HIVE_ENV, isSwarmName, openBus, type Bus, type QueuePolicy } from "../swarm-bus/index.js";
+import { isSwarmName, openBus, type Bus, type QueuePolicy } from "../swarm-bus/index.js";
 import {
   LegacyStateOwnershipError,
   MIGRATION_PAUSE_POINTS,
@@ -77,10 +75,21 @@ export const HUB_FAN_IN_DURABLE = "laneway-hub";
 /** How often the hub looks for new events streams and retries what failed. */
 export const HUB_BUS_REFRESH_MS = 30_000;
 
+/** How the hub's bus runs (hub-bus.ts's table). */
+export interface HubBusMode {
+  /** `AGENTIHOOKS_BUS_SCOPED=1`: per-swarm streams. */
+  readonly scoped: boolean;
+  /** `AGENTIHOOKS_BUS_BIND=1`: bind to what exists, create nothing. */
+  readonly bind: boolean;
+  /** `AGENTIHOOKS_BUS` is set: unscoped, the legacy streams. */
+  readonly legacy: boolean;
+}
+
 export interface HubBusOptions {
   /** The hub's own connection (hive account service user). */
   readonly broker: BrokerConnection;
-  readonly env: Env;
+  /** Its mode (the table above; hubSettingsFromEnv reads it). */
+  readonly mode: HubBusMode;
   readonly log: Logger;
   /**
    * The swarms the operator named: every swarm member_swarms lists and
@@ -185,12 +194,11 @@ export class HubBus implements HubMigrator, HubProvisioner {
 
   /**
    * Opens the hub's bus on its connection (no round trip) and, when
-   * active, starts provisioning and fan-in in the background. Refuses
-   * invalid `AGENTIHOOKS_BUS_SCOPED`/`AGENTIHOOKS_BUS_BIND` values.
+   * active, starts provisioning and fan-in in the background.
    */
   static async open(options: HubBusOptions): Promise<HubBus> {
-    const mode = busModeFromEnv(options.env);
-    const active = mode.scoped || envValue(options.env, HIVE_ENV.bus) !== undefined;
+    const { mode } = options;
+    const active = mode.scoped || mode.legacy;
     // The URL is not used: the bus runs on the hub's connection.
     const bus = await openBus(
       { backend: "nats", url: options.broker.servers[0] ?? "nats://127.0.0.1:4222", scoped: mode.scoped, bind: mode.bind, replicas: options.replicas ?? 1 },
