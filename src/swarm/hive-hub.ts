@@ -32,7 +32,7 @@ import { parseNatsServers } from "../config/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { HiveAccountPublisher } from "./account-claims.js";
 import { DEFAULT_CREDENTIAL_LIFETIME_MS, mintMemberCredential } from "./credential-minter.js";
-import { noDowngradeError, SWARM_OWN_TEXTS, SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import type { HiveTrust } from "./hive-trust.js";
 import {
   hiveAccountStateOf,
@@ -53,6 +53,26 @@ import { decideGrant, renderMemberGrant, type GrantDecision, type NatsGrant } fr
 import { signingKeyPair, type MemberSwarms, type SignerRecord } from "./signer-record.js";
 import { neverWrittenError } from "./signer-store.js";
 import { applyTrustRequest, checkTrustRequest, type TrustOutcome, type TrustRequest } from "./service-users.js";
+
+/**
+ * Laneway's own texts for refusals the specification does not quote.
+ */
+export const SWARM_OWN_TEXTS = Object.freeze({
+  /** Swarms given to an invite before the member_swarms field exists (the CLI's --swarm). */
+  swarmsBeforeScope:
+    "swarms were given, but the signer record has no member_swarms field yet, so the invite would be unscoped and the swarms ignored: run laneway hive scope first",
+  /** Swarms given to an invite with a file: record, which Laneway never lists members in. */
+  swarmsForFileRecord:
+    "swarms were given, but the signer record is a file: record, which Laneway never writes: list the member with its swarms in the record's member_swarms file, then invite it without swarms",
+  /** A member whose last credential was scoped is never minted an unscoped one. */
+  noDowngrade: (memberId: string) =>
+    `hive member ${memberId} holds a scoped credential, and the signer record has no member_swarms field now: the hub does not replace it with an unscoped one; restore the member_swarms field (listing ${memberId}), or retire the member and invite it again`,
+});
+
+/** A scoped member would be handed an unscoped credential: 403, decided before any side effect. */
+export function noDowngradeError(memberId: string): SwarmError {
+  return new SwarmError("swarm_forbidden", SWARM_OWN_TEXTS.noDowngrade(memberId));
+}
 
 /** The longest invite secret the hub looks up; longer bearer tokens are unknown at once. */
 export const MAX_INVITE_SECRET_BYTES = 4096;

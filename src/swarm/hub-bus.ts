@@ -50,7 +50,7 @@ import {
   type MigrationProgress,
   type MigrationResult,
 } from "../swarm-bus/internal.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 
 /** The pause points of the hub's migrations (`LANEWAY_PAUSE_AT`, tests only). */
 export const HUB_PAUSE_POINTS = MIGRATION_PAUSE_POINTS;

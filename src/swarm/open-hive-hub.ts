@@ -17,7 +17,7 @@ import { envValue, Secret } from "../config/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
 import { HiveAccountPublisher } from "./account-claims.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { HiveHub, type StoreSwarms } from "./hive-hub.js";
 import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
 import { busModeFromEnv, HIVE_ENV, isSwarmName, swarmOfStream } from "../swarm-bus/index.js";
