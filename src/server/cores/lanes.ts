@@ -1,7 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { resolve } from "node:path";
-import { loadLanesConfig, openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesConfig, type LanesCore } from "../../lanes/index.js";
+import { EXAMPLE_LANES_CONFIG, loadLanesConfig, openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesConfig, type LanesCore } from "../../lanes/index.js";
 import { Counter, Gauge, type Registry } from "prom-client";
 import { coreReaders, registerCoreReader } from "../../observe/core-events.js";
 import { secretAuthenticator } from "../auth.js";
@@ -40,6 +40,9 @@ const errors: ErrorDomainSpec = {
     capacity: "lane_capacity",
   },
 };
+
+/** The demo's lanes configuration (`<data dir>/lanes.json`): the specification's example in namespace `demo`, on the embedded nats-server. */
+export const DEMO_LANES_CONFIG = Object.freeze({ ...EXAMPLE_LANES_CONFIG, namespace: "demo" });
 
 /** The lanes' settings: the configuration file (or the demo's) and what it holds. */
 export interface LanesSettings {
@@ -214,9 +217,14 @@ export const lanesBinding: CoreBinding = {
     core: "lanes",
     title: "lanes",
     declarations: [{ flag: "lanes-config", env: "LANEWAY_LANES_CONFIG", type: "string", value: "FILE", help: "the lanes configuration (lanes.json); without it lanes are off" }],
+    demo: {
+      file: "lanes.json",
+      contents: `${JSON.stringify(DEMO_LANES_CONFIG, null, 2)}\n`,
+      tokens: DEMO_LANES_CONFIG.principals.map((p) => p.token_env),
+    },
     async resolve(values, ctx): Promise<LanesSettings> {
       const given = values.get("lanes-config");
-      const path = given === undefined ? ctx.demo?.lanesConfigPath : resolve(ctx.cwd, given.value);
+      const path = given === undefined ? ctx.demo?.files.get("lanes") : resolve(ctx.cwd, given.value);
       // The project tokens are checked against the operator token of ctx.env.
       return { path, config: path === undefined ? undefined : await loadLanesConfig(path, ctx.env, { cwd: ctx.cwd }) };
     },
