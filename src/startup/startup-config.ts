@@ -51,7 +51,7 @@ export interface StartupOptions extends ServerConfigOptions {
 
 export interface StartupConfig {
   readonly server: ServerConfig;
-  /** Each core's resolved configuration, by core name. */
+  /** Each served core's resolved configuration, by core name (a core `--cores` leaves out has none). */
   readonly cores: ReadonlyMap<string, unknown>;
   /** Demo files, when demo mode is on. Check `repairedTokensMode` to warn. */
   readonly demo: DemoSetup | undefined;
@@ -72,7 +72,10 @@ export async function loadStartupConfig(argv: readonly string[], env: Env, optio
   }
   const context: SettingsContext = { env: merged, cwd: options.cwd ?? process.cwd(), server, demo };
   const resolved = new Map<string, unknown>();
-  for (const core of cores) resolved.set(core.core, await core.resolve(server.declared, context));
+  // A replica (`--cores`) resolves only the cores it serves: the settings of
+  // a core it does not open cannot stop it.
+  const served = (name: string) => server.cores === "all" || server.cores.includes(name);
+  for (const core of cores) if (served(core.core)) resolved.set(core.core, await core.resolve(server.declared, context));
   return Object.freeze({ server, cores: resolved, demo, env: merged });
 }
 

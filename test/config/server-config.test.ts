@@ -6,6 +6,8 @@ import { ConfigError, loadServerConfig, Secret, SERVER_SETTINGS, ServerConfigErr
 import { coreSettings } from "../../src/server/cores/index.js";
 import { kmapBinding, type KmapSettings } from "../../src/server/cores/kmap.js";
 import { swarmBinding } from "../../src/server/cores/swarm.js";
+import { exampleLanesConfig } from "../../src/lanes/example-config.js";
+import { loadStartupConfig } from "../../src/startup/index.js";
 
 const work = mkdtempSync(join(tmpdir(), "laneway-server-config-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -329,6 +331,20 @@ describe("the hive hub's variables", () => {
     const error = await hubSettings(env).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(ConfigError);
     expect((error as Error).message).toBe(message);
+  });
+});
+
+describe("a replica's settings", () => {
+  test("a replica resolves only the cores it serves: a bad hive variable stops a full instance, not a lanes-only replica", async () => {
+    const env = { AGENTIHOOKS_BUS_SCOPED: "yes", LANEWAY_NATS_URL: "nats://127.0.0.1:4999" };
+    const full = await loadStartupConfig([], env, { cores: coreSettings }).catch((e: unknown) => e);
+    expect(full).toBeInstanceOf(ConfigError);
+    expect((full as Error).message).toBe("the hive hub cannot start: AGENTIHOOKS_BUS_SCOPED must be 1 or 0");
+    const lanesConfig = join(work, "replica-lanes.json");
+    writeFileSync(lanesConfig, JSON.stringify(exampleLanesConfig()));
+    const tokens = { ATLAS_LANE_TOKEN: "a".repeat(32), BEACON_LANE_TOKEN: "b".repeat(32) };
+    const replica = await loadStartupConfig(["--cores", "lanes", "--lanes-config", lanesConfig], { ...env, ...tokens }, { cores: coreSettings });
+    expect([...replica.cores.keys()]).toEqual(["lanes"]);
   });
 });
 
