@@ -19,9 +19,16 @@
  *
  * BENCH_SECONDS per run (default 4), BENCH_ROUNDS rounds (default 3),
  * interleaved (one replica, two replicas, ...); medians. Nothing is asserted.
+ *
+ * BENCH_CPU_PROF=<dir> runs the replicas under `node --cpu-prof` (one
+ * directory each, `<dir>/replica-a` and `<dir>/replica-b`) and prints where
+ * each replica's CPU went in the runs with one and with two replicas, by
+ * category and by function.
  */
-import { join } from "node:path";
+import { mkdir } from "node:fs/promises";
+import { join, resolve } from "node:path";
 import { benchSeconds, median, printTable, processCpuUs, runJson, startLanesBench, startListening } from "./harness.js";
+import { newestProfile, summarizeProfile, type ProfileWindow } from "./lanes-work-profile.js";
 
 interface LoadResult {
   published: number;
@@ -62,21 +69,29 @@ export async function lanesScale(): Promise<void> {
     max_ledger: 512,
   });
   const { tokens, nats, laneway: full } = systems;
-  const replica = (name: string) =>
-    startListening(
+  const profileRoot = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined;
+  const replica = async (name: string) => {
+    const profileDir = profileRoot === undefined ? undefined : join(profileRoot, name);
+    if (profileDir !== undefined) await mkdir(profileDir, { recursive: true });
+    return startListening(
       "src/cli/main.ts",
       ["serve", "--cores", "lanes", "--listen", "127.0.0.1:0", "--data-dir", join(systems.dir, name), "--nats-url", nats.url, "--lanes-config", join(systems.dir, "lanes.json")],
       tokens,
+      profileDir === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${profileDir}`],
     );
+  };
   const replicas = [await replica("replica-a"), await replica("replica-b")];
   let tags = 0;
-  async function measure(count: number, runSeconds = seconds): Promise<Run> {
+  const windows: ProfileWindow[] = [];
+  const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+  async function measure(count: number, runSeconds = seconds, record = false): Promise<Run> {
     const cpu = async () => ({
       replicas: await Promise.all(replicas.map((r) => processCpuUs(r.child.pid))),
       nats: await processCpuUs(nats.pid),
       full: await processCpuUs(full.child.pid),
     });
     const before = await cpu();
+    const startUs = monotonicUs();
     const result = await runJson<LoadResult>("bench/lanes-scale-load.ts", [
       JSON.stringify({
         urls: replicas.slice(0, count).map((r) => r.url),
@@ -91,6 +106,7 @@ export async function lanesScale(): Promise<void> {
         seconds: runSeconds,
       }),
     ]);
+    if (record) windows.push({ label: `${count} replica${count === 1 ? "" : "s"}`, startUs, endUs: monotonicUs() });
     const after = await cpu();
     if (result.errors > 0) throw new Error(`lanes-scale with ${count} replica(s): ${result.errors} errors (first: ${result.firstError})`);
     return {
@@ -110,7 +126,7 @@ export async function lanesScale(): Promise<void> {
     await measure(1, 1);
     await measure(2, 1);
     const runs: Run[] = [];
-    for (let round = 0; round < rounds; round++) for (const count of [1, 2]) runs.push(await measure(count));
+    for (let round = 0; round < rounds; round++) for (const count of [1, 2]) runs.push(await measure(count, seconds, true));
     const elapsed = (Date.now() - started) / 1000;
 
     const rows: string[][] = [];
@@ -174,6 +190,15 @@ export async function lanesScale(): Promise<void> {
         `(lanes-scale took ${elapsed.toFixed(0)} s)`,
       ].join("\n"),
     );
+    if (profileRoot !== undefined) {
+      for (const [i, name] of ["replica-a", "replica-b"].entries()) {
+        await replicas[i]!.stop();
+        const path = await newestProfile(join(profileRoot, name), started);
+        console.log(`\n${name} (${i === 0 ? "serves in every run" : "serves in the runs with two replicas"}):\n`);
+        if (path === undefined) console.log(`(no .cpuprofile was written to ${join(profileRoot, name)})`);
+        else await summarizeProfile(path, i === 0 ? windows : windows.filter((w) => w.label !== "1 replica"), 30);
+      }
+    }
   } finally {
     for (const r of replicas) await r.stop();
     await systems.stop();

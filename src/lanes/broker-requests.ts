@@ -27,6 +27,13 @@ import { BrokerTimeoutError, BrokerUnavailableError } from "../nats/index.js";
  * one fail as unavailable when it closes.
  */
 
+interface Outgoing {
+  readonly subject: string;
+  readonly data: Uint8Array;
+  readonly headers: MsgHdrs | undefined;
+  readonly token: string;
+}
+
 interface Pending {
   readonly resolve: (message: Msg) => void;
   readonly reject: (error: unknown) => void;
@@ -60,6 +67,8 @@ export class BrokerRequests {
   readonly #pending = new Map<string, Pending>();
   #next = 0;
   #sweeper: NodeJS.Timeout | undefined;
+  /** Requests made since the last send: sent together once the event loop's current phase is over. */
+  #outgoing: Outgoing[] = [];
   /** Set once the reply subscription ended: every later request fails with it. */
   #ended: unknown;
 
@@ -88,16 +97,32 @@ export class BrokerRequests {
     const token = (this.#next++).toString(36);
     return new Promise<Msg>((resolve, reject) => {
       this.#pending.set(token, { resolve, reject, due: performance.now() + this.timeoutMs });
+      if (this.#outgoing.length === 0) setImmediate(this.#send);
+      this.#outgoing.push({ subject, data, headers, token });
+      this.#sweeper ??= this.#arm(this.timeoutMs);
+    });
+  }
+
+  /**
+   * Hands the requests made meanwhile to the connection in one go: nats.js
+   * writes what it was given before its next microtask as one socket write,
+   * and requests made from the callbacks of one read of the socket would
+   * otherwise each be written alone (a system call per request).
+   */
+  readonly #send = (): void => {
+    const outgoing = this.#outgoing;
+    this.#outgoing = [];
+    for (const { subject, data, headers, token } of outgoing) {
+      const pending = this.#pending.get(token);
+      if (pending === undefined) continue; // failed meanwhile (the connection ended)
       try {
         this.nc.publish(subject, data, headers === undefined ? { reply: this.#prefix + token } : { reply: this.#prefix + token, headers });
       } catch (error) {
         this.#pending.delete(token);
-        reject(error);
-        return;
+        pending.reject(error);
       }
-      this.#sweeper ??= this.#arm(this.timeoutMs);
-    });
-  }
+    }
+  };
 
   /**
    * A JetStream publish (a stream record, or a KV write: its subject under

@@ -152,9 +152,9 @@ export class LaneStore {
   }
 
   /** One message of a stream, by sequence or last on a subject; null when none. */
-  async #getMessage(stream: string, query: { seq: number } | { last_by_subj: string }, direct = true): Promise<StoredMessage | null> {
+  async #getMessage(stream: string, query: { seq: number } | { last_by_subj: string }): Promise<StoredMessage | null> {
     const { requests } = await this.#current();
-    return direct && !this.#leaderReads ? requests.directGet(stream, query) : requests.leaderGet(stream, query);
+    return this.#leaderReads ? requests.leaderGet(stream, query) : requests.directGet(stream, query);
   }
 
   /** The broker's current connection generation (a new value means earlier subscriptions are gone). */
@@ -202,6 +202,21 @@ export class LaneStore {
       }
       throw translated;
     }
+  }
+
+  /**
+   * Runs one request of the pipe (an append, a key write, a single read):
+   * like `run`, but `signal` is checked before the request starts instead
+   * of raced against it. The call that passed the signal is bounded by its
+   * own deadline (lanes-core.ts answers at once when it passes); a request
+   * already sent ends within the operation timeout, and no further request
+   * of an aborted call starts. Racing every request added and removed a
+   * listener on the call's signal, which a batch shares among up to 128
+   * records (each addition walks the listeners already there).
+   */
+  #request<T>(operation: () => Promise<T>, action: string, signal: AbortSignal | undefined): Promise<T> {
+    if (signal?.aborted) return Promise.reject(laneErrorOf(signal.reason, action, signal));
+    return this.run(operation, action);
   }
 
   // ------------------------------------------------------------- streams
@@ -260,7 +275,7 @@ export class LaneStore {
     options: { msgID: string; expectLastSubjectSequence: number },
     signal?: AbortSignal,
   ): Promise<{ sequence: number; duplicate: boolean } | "subject_taken"> {
-    return this.run(
+    return this.#request(
       async () => {
         const { requests } = await this.#current();
         try {
@@ -278,7 +293,7 @@ export class LaneStore {
 
   /** One message by sequence; undefined when it is not retained. */
   bySequence(stream: string, sequence: number, signal?: AbortSignal): Promise<StoredRecord | undefined> {
-    return this.run(
+    return this.#request(
       async () => {
         const message = await this.#getMessage(stream, { seq: sequence });
         return message === null || message.seq !== sequence ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time };
@@ -290,7 +305,7 @@ export class LaneStore {
 
   /** The last message on a subject; undefined when there is none. */
   lastOnSubject(stream: string, subject: string, signal?: AbortSignal): Promise<StoredRecord | undefined> {
-    return this.run(
+    return this.#request(
       async () => {
         const message = await this.#getMessage(stream, { last_by_subj: subject });
         return message === null ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time };
@@ -548,17 +563,16 @@ export class LaneStore {
 
   /**
    * The key's stored message (a value, or a delete or purge marker); null
-   * when the key never had one. Read directly when the bucket allows it
-   * (and the namespace is not replicated), otherwise through its leader.
+   * when the key never had one. Read directly (the namespace's buckets
+   * allow it when they have one replica, which startup checks), or through
+   * the bucket's leader when replicated.
    */
-  async #keyMessage(bucket: string, key: string): Promise<StoredMessage | null> {
-    const handle = await this.#bucket(bucket);
-    const direct = handle instanceof Bucket ? handle.direct : true;
-    return this.#getMessage(`KV_${bucket}`, { last_by_subj: keySubject(bucket, key) }, direct);
+  #keyMessage(bucket: string, key: string): Promise<StoredMessage | null> {
+    return this.#getMessage(`KV_${bucket}`, { last_by_subj: keySubject(bucket, key) });
   }
 
   kvGet(bucket: string, key: string, signal?: AbortSignal): Promise<StoredKey | undefined> {
-    return this.run(
+    return this.#request(
       async () => {
         const message = await this.#keyMessage(bucket, key);
         return message === null || message.operation !== undefined ? undefined : storedKey(message);
@@ -574,9 +588,8 @@ export class LaneStore {
    * `create` does); `exists` when it holds a value.
    */
   kvCreate(bucket: string, key: string, value: Uint8Array, signal?: AbortSignal): Promise<number | "exists"> {
-    return this.run(
+    return this.#request(
       async () => {
-        await this.#bucket(bucket);
         const { requests } = await this.#current();
         const subject = keySubject(bucket, key);
         try {
@@ -600,10 +613,9 @@ export class LaneStore {
 
   /** Replaces a key at an expected revision; `conflict` when it moved. */
   kvUpdate(bucket: string, key: string, value: Uint8Array, revision: number, signal?: AbortSignal): Promise<number | "conflict"> {
-    return this.run(
+    return this.#request(
       async () => {
         if (!(revision > 0)) throw new RangeError("a key's revision is at least 1");
-        await this.#bucket(bucket);
         const { requests } = await this.#current();
         try {
           return (await requests.publish(keySubject(bucket, key), value, { expectLastSubjectSequence: revision })).seq;
