@@ -49,6 +49,9 @@ interface Run {
   natsCpu: number;
   fullCpu: number;
   loadCpu: number;
+  /** Messages all Laneway connections (named laneway…) sent to and received from nats-server over the run. */
+  brokerSent: number;
+  brokerReceived: number;
 }
 
 const NAMESPACE = "scale";
@@ -68,7 +71,13 @@ export async function lanesScale(): Promise<void> {
     max_pending: 512,
     max_ledger: 512,
   });
-  const { tokens, nats, laneway: full } = systems;
+  const { tokens, nats, laneway: full, monitor } = systems;
+  /** Messages of every open Laneway connection (the replicas', the full instance's), from the monitoring port. */
+  const brokerCounts = async () => {
+    const connz = (await (await fetch(`${monitor}/connz?limit=4096`)).json()) as { connections?: { name?: string; in_msgs: number; out_msgs: number }[] };
+    const mine = (connz.connections ?? []).filter((c) => (c.name ?? "").startsWith("laneway"));
+    return { sent: mine.reduce((s, c) => s + c.in_msgs, 0), received: mine.reduce((s, c) => s + c.out_msgs, 0) };
+  };
   const profileRoot = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined;
   const replica = async (name: string) => {
     const profileDir = profileRoot === undefined ? undefined : join(profileRoot, name);
@@ -90,6 +99,7 @@ export async function lanesScale(): Promise<void> {
       nats: await processCpuUs(nats.pid),
       full: await processCpuUs(full.child.pid),
     });
+    const countsBefore = await brokerCounts();
     const before = await cpu();
     const startUs = monotonicUs();
     const result = await runJson<LoadResult>("bench/lanes-scale-load.ts", [
@@ -108,6 +118,7 @@ export async function lanesScale(): Promise<void> {
     ]);
     if (record) windows.push({ label: `${count} replica${count === 1 ? "" : "s"}`, startUs, endUs: monotonicUs() });
     const after = await cpu();
+    const countsAfter = await brokerCounts();
     if (result.errors > 0) throw new Error(`lanes-scale with ${count} replica(s): ${result.errors} errors (first: ${result.firstError})`);
     return {
       replicas: count,
@@ -118,6 +129,8 @@ export async function lanesScale(): Promise<void> {
       natsCpu: after.nats - before.nats,
       fullCpu: after.full - before.full,
       loadCpu: result.cpuMicros,
+      brokerSent: countsAfter.sent - countsBefore.sent,
+      brokerReceived: countsAfter.received - countsBefore.received,
     };
   }
 
@@ -159,6 +172,7 @@ export async function lanesScale(): Promise<void> {
         perItem(list.reduce((s, r) => s + r.natsCpu, 0)),
         perItem(list.reduce((s, r) => s + r.loadCpu, 0)),
         perItem(list.reduce((s, r) => s + r.fullCpu, 0)),
+        `${(list.reduce((s, r) => s + r.brokerSent, 0) / items).toFixed(1)} / ${(list.reduce((s, r) => s + r.brokerReceived, 0) / items).toFixed(1)}`,
         withCores.toFixed(0),
       ]);
     }
@@ -174,6 +188,7 @@ export async function lanesScale(): Promise<void> {
         "nats-server µs/item",
         "load generator µs/item",
         "full instance µs/item",
+        "broker msgs sent / received per item",
         "items/s with a free core per replica",
       ],
       rows,
@@ -186,6 +201,8 @@ export async function lanesScale(): Promise<void> {
         "CPU µs/item: a process's CPU time (user + system, /proc) over the runs divided by the items acknowledged in them.",
         "core share: a replica's CPU time over the runs' wall time. With a free core per replica a run's rate could grow",
         "until its busiest replica fills its core: acked items/s ÷ the busiest share.",
+        "broker msgs per item: messages all Laneway connections sent to nats-server (requests, publishes, group signals) and",
+        "received from it (answers, lane watcher notifications, ledger watch updates), per item acknowledged.",
         `Goal: two replicas ≥ 1.8× one given a core each: ${scale.toFixed(2)}× (${scale >= 1.8 ? "met" : "missed"}).`,
         `(lanes-scale took ${elapsed.toFixed(0)} s)`,
       ].join("\n"),
