@@ -6,7 +6,9 @@
  *
  * Processes: nats-server; the full instance; replicas A and B; the load
  * generator (bench/lanes-scale-load.ts), one process per run, spreading its
- * publisher and worker loops evenly over the replicas of the run.
+ * publisher and worker loops evenly over the replicas of the run; its
+ * publishers keep at most 256 records published and not yet acknowledged,
+ * so every run publishes about what it acknowledges.
  *
  * On a 2-core machine the load generator and nats-server compete with the
  * replicas, so the wall-clock rate of two replicas cannot double. What
@@ -52,6 +54,8 @@ interface Run {
   /** Messages all Laneway connections (named laneway…) sent to and received from nats-server over the run. */
   brokerSent: number;
   brokerReceived: number;
+  /** Bytes those connections received from nats-server over the run. */
+  brokerReceivedBytes: number;
 }
 
 const NAMESPACE = "scale";
@@ -74,9 +78,11 @@ export async function lanesScale(): Promise<void> {
   const { tokens, nats, laneway: full, monitor } = systems;
   /** Messages of every open Laneway connection (the replicas', the full instance's), from the monitoring port. */
   const brokerCounts = async () => {
-    const connz = (await (await fetch(`${monitor}/connz?limit=4096`)).json()) as { connections?: { name?: string; in_msgs: number; out_msgs: number }[] };
+    const connz = (await (await fetch(`${monitor}/connz?limit=4096`)).json()) as {
+      connections?: { name?: string; in_msgs: number; out_msgs: number; out_bytes: number }[];
+    };
     const mine = (connz.connections ?? []).filter((c) => (c.name ?? "").startsWith("laneway"));
-    return { sent: mine.reduce((s, c) => s + c.in_msgs, 0), received: mine.reduce((s, c) => s + c.out_msgs, 0) };
+    return { sent: mine.reduce((s, c) => s + c.in_msgs, 0), received: mine.reduce((s, c) => s + c.out_msgs, 0), receivedBytes: mine.reduce((s, c) => s + c.out_bytes, 0) };
   };
   const profileRoot = process.env.BENCH_CPU_PROF ? resolve(process.env.BENCH_CPU_PROF) : undefined;
   const replica = async (name: string) => {
@@ -131,6 +137,7 @@ export async function lanesScale(): Promise<void> {
       loadCpu: result.cpuMicros,
       brokerSent: countsAfter.sent - countsBefore.sent,
       brokerReceived: countsAfter.received - countsBefore.received,
+      brokerReceivedBytes: countsAfter.receivedBytes - countsBefore.receivedBytes,
     };
   }
 
@@ -173,6 +180,7 @@ export async function lanesScale(): Promise<void> {
         perItem(list.reduce((s, r) => s + r.loadCpu, 0)),
         perItem(list.reduce((s, r) => s + r.fullCpu, 0)),
         `${(list.reduce((s, r) => s + r.brokerSent, 0) / items).toFixed(1)} / ${(list.reduce((s, r) => s + r.brokerReceived, 0) / items).toFixed(1)}`,
+        (list.reduce((s, r) => s + r.brokerReceivedBytes, 0) / items / 1024).toFixed(1),
         withCores.toFixed(0),
       ]);
     }
@@ -189,6 +197,7 @@ export async function lanesScale(): Promise<void> {
         "load generator µs/item",
         "full instance µs/item",
         "broker msgs sent / received per item",
+        "KiB received per item",
         "items/s with a free core per replica",
       ],
       rows,
