@@ -33,9 +33,16 @@
  * received from it, per record published or per page replayed; and the
  * server-wide in/out message counts per record for the raw baseline.
  *
- * `BENCH_CPU_PROF=<dir>` runs the Laneway process under `node --cpu-prof`
- * and leaves the profile in `<dir>` (read it with Chrome DevTools or any
- * .cpuprofile viewer).
+ * `BENCH_CPU_PROF=<dir>` runs the Laneway process under `node --cpu-prof`,
+ * leaves the profile in `<dir>` (read it with Chrome DevTools or any
+ * .cpuprofile viewer) and prints where Laneway's CPU went during the
+ * measured reader runs, by category and by function.
+ *
+ * `BENCH_PARTS=publish` or `read` runs one half (default both);
+ * `BENCH_ONLY=<mode>@<readers>,…` (modes raw, laneway, follow; readers 1
+ * or 64) runs only those reader rows (a ratio whose baseline row did not
+ * run prints as NaN); `BENCH_ROUNDS` (default 3) and `BENCH_SECONDS`
+ * (default 3) set the rounds and a run's length.
  *
  * Reported: records/s (median of interleaved rounds) and the ratio to the
  * raw baseline at the same number of requests in flight. Nothing is asserted.
@@ -48,6 +55,7 @@ import { LaneService, PublishBatchRequestSchema, PublishRequestSchema, RecordKin
 import { createLanewayTransport } from "../src/client/transport.js";
 import { streamName } from "../src/lanes/index.js";
 import { benchPayload, benchSeconds, median, printTable, processCpuUs, runJson, startLanesBench } from "./harness.js";
+import { newestProfile, summarizeProfile, type ProfileWindow } from "./lanes-work-profile.js";
 
 interface LoadResult {
   completed: number;
@@ -81,7 +89,12 @@ const REPLAY_RECORDS = 20_000;
 const PAYLOAD_BYTES = 200;
 const RAW_SUBJECTS = "bench.raw.rec";
 const concurrencies = [1, 64] as const;
-const rounds = 3;
+const rounds = Math.max(1, Number(process.env.BENCH_ROUNDS) || 3);
+const readModes = ["raw", "laneway", "follow"] as const;
+const only = new Set((process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter((s) => s !== ""));
+/** Whether a reader row runs (BENCH_ONLY). */
+const readerRowRuns = (mode: (typeof readModes)[number], readers: number) => only.size === 0 || only.has(`${mode}@${readers}`);
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 /** 32 bytes replaced by a fresh 32-hex id per request (the load generator's placeholder rule for binary bodies). */
 const ID_PLACEHOLDER = "X".repeat(32);
 
@@ -101,6 +114,7 @@ export async function lanesPublish(): Promise<void> {
     ],
   });
   const { tokens, nats, monitor, laneway, profileDir } = systems;
+  let lanewayStopped = false;
   // The orchestrator's own connection reads stream state between runs, never during one.
   const nc = await connect({ servers: nats.url, name: "bench-orchestrator" });
   const jsm = await jetstreamManager(nc);
@@ -285,9 +299,7 @@ export async function lanesPublish(): Promise<void> {
       await lanewayPublish("batch", 4, 1);
     }
     if (parts.has("read")) {
-      await read("laneway", 1);
-      await read("follow", 1);
-      await read("raw", 1);
+      for (const mode of readModes) if (concurrencies.some((c) => readerRowRuns(mode, c))) await read(mode, 1);
     }
 
     const targets = ["raw", "single", "batch"] as const;
@@ -302,11 +314,15 @@ export async function lanesPublish(): Promise<void> {
       }
     }
     const readRuns = new Map<string, ReadRun[]>();
+    const windows: ProfileWindow[] = [];
     for (let round = 0; round < (parts.has("read") ? rounds : 0); round++) {
       for (const concurrency of concurrencies) {
-        for (const mode of ["raw", "laneway", "follow"] as const) {
+        for (const mode of readModes) {
+          if (!readerRowRuns(mode, concurrency)) continue;
           const key = `${mode}@${concurrency}`;
+          const startUs = monotonicUs();
           readRuns.set(key, [...(readRuns.get(key) ?? []), await read(mode, concurrency)]);
+          if (mode !== "raw") windows.push({ label: key, startUs, endUs: monotonicUs() });
         }
       }
     }
@@ -370,9 +386,10 @@ export async function lanesPublish(): Promise<void> {
       console.log(`\nLanes replay: reading the ${REPLAY_RECORDS}-record lane from the start, again and again; ${rounds} rounds of ${seconds}s, medians\n`);
       const readRows: string[][] = [];
       for (const concurrency of concurrencies) {
-        const base = median(readRuns.get(`raw@${concurrency}`)!.map(rate));
-        for (const mode of ["raw", "laneway", "follow"] as const) {
-          const list = readRuns.get(`${mode}@${concurrency}`)!;
+        const base = median((readRuns.get(`raw@${concurrency}`) ?? []).map(rate));
+        for (const mode of readModes) {
+          const list = readRuns.get(`${mode}@${concurrency}`);
+          if (list === undefined) continue;
           const value = median(list.map(rate));
           ratios.set(`replay-${mode}@${concurrency}`, value / base);
           const pages = list.reduce((s, r) => s + r.pages, 0);
@@ -420,8 +437,17 @@ export async function lanesPublish(): Promise<void> {
         .filter((line) => line !== "")
         .join("\n"),
     );
+    if (profileDir !== undefined && windows.length > 0) {
+      // The profile is written when the process exits.
+      await laneway.stop();
+      lanewayStopped = true;
+      const path = await newestProfile(profileDir, started);
+      console.log("");
+      if (path === undefined) console.log(`(no .cpuprofile was written to ${profileDir})`);
+      else await summarizeProfile(path, windows, 25);
+    }
   } finally {
     await nc.close();
-    await systems.stop();
+    await systems.stop({ lanewayStopped });
   }
 }

@@ -488,11 +488,11 @@ export class LaneStore {
       const subscription = nc.subscribe(createInbox(this.broker.inboxPrefix), {
         callback: (error, message) => {
           if (error) return settle({ error });
-          const sequence = streamSequenceOf(message);
-          if (sequence !== undefined) {
-            const pending = pendingOf(message);
+          const delivery = deliveryOf(message);
+          if (delivery !== undefined) {
+            const { sequence, pending } = delivery;
             if (pending !== undefined) this.#learn(stream, 0, sequence + pending);
-            records.push({ sequence, subject: message.subject, data: message.data, storedAt: storedAtOf(message) });
+            records.push(new PulledRecord(sequence, message, delivery.storedAt));
             bytes += sizeOf(message);
             if (records.length >= batch) settle({ end: "batch" });
             else if (bytes >= maxBytes) settle({ end: "bytes" });
@@ -701,32 +701,53 @@ function sizeOf(message: Msg): number {
   return typeof sized.size === "function" ? sized.size() : message.subject.length + (message.reply?.length ?? 0) + message.data.byteLength;
 }
 
+/** What the reply subject of a record delivered by a consumer says of it. */
+interface Delivery {
+  readonly sequence: number;
+  /** Records after it on its consumer when it was sent: the stream's last sequence is at least `sequence + pending`. */
+  readonly pending: number | undefined;
+  /** When the stream stored it (epoch ms). */
+  readonly storedAt: number;
+}
+
 /**
- * The stream sequence of a record delivered by a consumer, from its reply
- * subject: `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.…` (9
- * tokens), or with a domain and account hash after `ACK` (11 or more);
+ * The stream sequence, pending count and store time of a record delivered
+ * by a consumer, from its reply subject:
+ * `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<nanos>.<pending>`
+ * (9 tokens), or with a domain and account hash after `ACK` (11 or more);
  * undefined for a status message.
  */
-function streamSequenceOf(message: Msg): number | undefined {
+function deliveryOf(message: Msg): Delivery | undefined {
   const reply = message.reply;
   if (reply === undefined || !reply.startsWith("$JS.ACK.")) return undefined;
   const tokens = reply.split(".");
-  const sequence = Number(tokens[tokens.length === 9 ? 5 : 7]);
-  return Number.isSafeInteger(sequence) && sequence > 0 ? sequence : undefined;
+  const short = tokens.length === 9;
+  const sequence = Number(tokens[short ? 5 : 7]);
+  if (!Number.isSafeInteger(sequence) || sequence <= 0) return undefined;
+  const pending = Number(tokens[short ? 8 : 10]);
+  // Nanoseconds to milliseconds, rounded down: the token's last six digits go.
+  const nanos = tokens[short ? 7 : 9] ?? "0";
+  const storedAt = nanos.length > 6 && /^\d+$/.test(nanos) ? Number(nanos.slice(0, -6)) : 0;
+  return { sequence, pending: Number.isSafeInteger(pending) && pending >= 0 ? pending : undefined, storedAt };
 }
 
-/** Records after a delivered one on its consumer when it was sent (the last token of its reply subject); the stream's last sequence is at least its sequence plus this. */
-function pendingOf(message: Msg): number | undefined {
-  const tokens = message.reply!.split(".");
-  const pending = Number(tokens[tokens.length === 9 ? 8 : 10]);
-  return Number.isSafeInteger(pending) && pending >= 0 ? pending : undefined;
-}
+/** A record as a pull delivered it: its subject is decoded only when asked for (the readers of pages never do). */
+class PulledRecord implements StoredRecord {
+  readonly data: Uint8Array;
+  readonly #message: Msg;
 
-/** When the stream stored a delivered record (epoch ms), from the same reply subject: its timestamp in nanoseconds follows the consumer sequence. */
-function storedAtOf(message: Msg): number {
-  const tokens = message.reply!.split(".");
-  const nanosToken = tokens[tokens.length === 9 ? 7 : 9] ?? "0";
-  return /^\d+$/.test(nanosToken) ? Number(BigInt(nanosToken) / 1_000_000n) : 0;
+  constructor(
+    readonly sequence: number,
+    message: Msg,
+    readonly storedAt: number,
+  ) {
+    this.data = message.data;
+    this.#message = message;
+  }
+
+  get subject(): string {
+    return this.#message.subject;
+  }
 }
 
 function isCode(error: unknown, code: number): boolean {
