@@ -42,7 +42,8 @@
  * `BENCH_ONLY=<mode>@<readers>,…` (modes raw, laneway, follow; readers 1
  * or 64) runs only those reader rows (a ratio whose baseline row did not
  * run prints as NaN); `BENCH_ROUNDS` (default 3) and `BENCH_SECONDS`
- * (default 3) set the rounds and a run's length.
+ * (default 3) set the rounds and a run's length. `BENCH_READER_PROF=<dir>`
+ * leaves a CPU profile of every reader process in `<dir>`.
  *
  * Reported: records/s (median of interleaved rounds) and the ratio to the
  * raw baseline at the same number of requests in flight. Nothing is asserted.
@@ -253,7 +254,12 @@ export async function lanesPublish(): Promise<void> {
           ? { mode, url: laneway.url, tokens: [tokens.ATLAS_LANE_TOKEN, tokens.BEACON_LANE_TOKEN], lane: REPLAY_LANE, last: REPLAY_RECORDS, concurrency, seconds }
           : { mode, url: nats.url, stream: replayStream, concurrency, seconds };
     const cpuBefore = await cpuNow();
-    const result = await runJson<ReaderResult>("bench/lanes-replay-reader.ts", [JSON.stringify(spec)]);
+    const readerProfile = process.env.BENCH_READER_PROF;
+    const result = await runJson<ReaderResult>(
+      "bench/lanes-replay-reader.ts",
+      [JSON.stringify(spec)],
+      readerProfile ? { READER_CPU_PROFILE: `${readerProfile}/reader-${mode}-${concurrency}-${Date.now()}.cpuprofile` } : {},
+    );
     const cpuAfter = await cpuNow();
     const after = await counters();
     // Replay and Follow read over Laneway's readers' connection.

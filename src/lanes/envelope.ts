@@ -284,6 +284,11 @@ export class StoredLaneRecord implements LaneRecord {
     return this.#payload;
   }
 
+  /** The length of `encodedFields`. */
+  get encodedLength(): number {
+    return this.#layout.fieldsEnd;
+  }
+
   /** LaneRecord's fields 2–8 as the contract's canonical binary encoding writes them (the stored bytes themselves). */
   get encodedFields(): Uint8Array {
     return this.#bytes.subarray(0, this.#layout.fieldsEnd);

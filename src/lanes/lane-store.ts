@@ -515,7 +515,10 @@ export class LaneStore {
       // The broker answers 408 at `expires`; this only ends a pull it never ends (a connection lost meanwhile).
       const timer = setTimeout(() => settle({ end: "short" }), expiresMs + 2_000);
       signal?.addEventListener("abort", onAbort, { once: true });
-      void subscription.closed.then(() => settle({ error: new BrokerUnavailableError("connection_closed") }));
+      // Closed before the pull settled: the connection went away (its own unsubscribe, after settling, is not news).
+      void subscription.closed.then(() => {
+        if (!settled) settle({ error: new BrokerUnavailableError("connection_closed") });
+      });
       try {
         // The readers of pages ask only for records the stream's range holds:
         // they do not wait for more (records that expired meanwhile make a
@@ -720,15 +723,36 @@ interface Delivery {
 function deliveryOf(message: Msg): Delivery | undefined {
   const reply = message.reply;
   if (reply === undefined || !reply.startsWith("$JS.ACK.")) return undefined;
-  const tokens = reply.split(".");
-  const short = tokens.length === 9;
-  const sequence = Number(tokens[short ? 5 : 7]);
-  if (!Number.isSafeInteger(sequence) || sequence <= 0) return undefined;
-  const pending = Number(tokens[short ? 8 : 10]);
+  // Where each token ends (read once, without splitting the subject into strings).
+  let tokens = 0;
+  for (let i = 0; i < reply.length && tokens < TOKEN_ENDS.length; i++) if (reply.charCodeAt(i) === 0x2e) TOKEN_ENDS[tokens++] = i;
+  if (tokens < TOKEN_ENDS.length) TOKEN_ENDS[tokens++] = reply.length;
+  if (tokens < 9) return undefined;
+  const short = tokens === 9;
+  const sequence = tokenDigits(reply, short ? 5 : 7, 0);
+  if (!(sequence > 0)) return undefined;
+  const pending = tokenDigits(reply, short ? 8 : 10, 0);
   // Nanoseconds to milliseconds, rounded down: the token's last six digits go.
-  const nanos = tokens[short ? 7 : 9] ?? "0";
-  const storedAt = nanos.length > 6 && /^\d+$/.test(nanos) ? Number(nanos.slice(0, -6)) : 0;
-  return { sequence, pending: Number.isSafeInteger(pending) && pending >= 0 ? pending : undefined, storedAt };
+  const storedAt = tokenDigits(reply, short ? 7 : 9, 6);
+  return { sequence, pending: Number.isNaN(pending) ? undefined : pending, storedAt: Number.isNaN(storedAt) ? 0 : storedAt };
+}
+
+/** The ends of a reply subject's first tokens (the longest form has 12). */
+const TOKEN_ENDS = new Int32Array(16);
+
+/** The safe integer written in decimal in token `index` of `reply` without its last `drop` digits (0 when only those are there); NaN when it is not one. */
+function tokenDigits(reply: string, index: number, drop: number): number {
+  const from = index === 0 ? 0 : TOKEN_ENDS[index - 1]! + 1;
+  const to = TOKEN_ENDS[index]! - drop;
+  if (to - from > 16) return Number.NaN;
+  let value = 0;
+  for (let i = from; i < to; i++) {
+    const digit = reply.charCodeAt(i) - 0x30;
+    if (digit < 0 || digit > 9) return Number.NaN;
+    value = value * 10 + digit;
+  }
+  if (to <= from && drop === 0) return Number.NaN;
+  return Number.isSafeInteger(value) ? value : Number.NaN;
 }
 
 /** A record as a pull delivered it: its subject is decoded only when asked for (the readers of pages never do). */

@@ -26,10 +26,10 @@ import { StoredLaneRecord, type LaneRecord } from "../../lanes/index.js";
  * record_envelope.proto), encoded the same canonical way; only the
  * sequence (field 1) and `created_at` (field 9, a Timestamp where the
  * envelope stores milliseconds) are written here. The response is handed
- * to Connect as one message whose fields are all already encoded (as
- * protobuf-es unknown fields, which its encoder writes verbatim, in the
- * order given): the bytes on the wire are exactly those the generated
- * encoder writes for the same page, field for field, in the same order.
+ * to Connect as a message whose fields are all already encoded (as a
+ * protobuf-es unknown field, which its encoder writes verbatim): the bytes
+ * on the wire are exactly those the generated encoder writes for the same
+ * page, field for field, in the same order.
  */
 
 /** Whether this call's messages are binary Protobuf: the request's codec, which Connect answers in. */
@@ -80,10 +80,13 @@ function withFields<T extends { $unknown?: UnknownField[] }>(message: T, fields:
 }
 
 /**
- * A page's fields, encoded: `events` (1, one entry per record), then the
- * nonzero ones of `cursor` (2), `first_retained` (3) and `last_sequence`
- * (4), as the canonical encoding leaves zeros out. Undefined when a record
- * was not read from its stored envelope (the generic path encodes it).
+ * A page, encoded: `events` (1, one entry per record), then the nonzero
+ * ones of `cursor` (2), `first_retained` (3) and `last_sequence` (4), as
+ * the canonical encoding leaves zeros out — all in one buffer, handed to
+ * the encoder as one unknown field: its first tag, and the bytes after it
+ * (which the encoder copies verbatim, behind that tag). Undefined when a
+ * record was not read from its stored envelope (the generic path encodes
+ * it).
  */
 function encodedPage(page: PageFields): UnknownField[] | undefined {
   const { events } = page;
@@ -91,39 +94,43 @@ function encodedPage(page: PageFields): UnknownField[] | undefined {
   for (const record of events) {
     if (!(record instanceof StoredLaneRecord)) return undefined;
     const inner = recordSize(record);
-    size += varintSize(inner) + inner;
+    size += 1 + varintSize(inner) + inner;
   }
+  const scalars = [page.cursor, page.firstRetained ?? 0, page.lastSequence ?? 0];
+  for (const value of scalars) if (value !== 0) size += 1 + varintSize(value);
+  if (size === 0) return [];
   const out = Buffer.allocUnsafe(size);
-  const fields: UnknownField[] = [];
   let at = 0;
   for (const record of events as readonly StoredLaneRecord[]) {
-    const start = at;
     const stored = record.encodedFields;
     const ms = record.createdAt;
     const seconds = Math.floor(ms / 1000);
     const nanos = (ms - seconds * 1000) * 1_000_000;
     const timestamp = (seconds > 0 ? 1 + varintSize(seconds) : 0) + (nanos > 0 ? 1 + varintSize(nanos) : 0);
+    out[at++] = 0x0a; // 1: events
     at = writeVarint(out, at, 1 + varintSize(record.sequence) + stored.length + 1 + varintSize(timestamp) + timestamp);
-    out[at++] = 0x08; // 1: sequence
+    out[at++] = 0x08; // LaneRecord 1: sequence
     at = writeVarint(out, at, record.sequence);
     out.set(stored, at);
     at += stored.length;
-    out[at++] = 0x4a; // 9: created_at
+    out[at++] = 0x4a; // LaneRecord 9: created_at
     at = writeVarint(out, at, timestamp);
     if (seconds > 0) {
-      out[at++] = 0x08; // Timestamp.seconds
+      out[at++] = 0x08; // Timestamp 1: seconds
       at = writeVarint(out, at, seconds);
     }
     if (nanos > 0) {
-      out[at++] = 0x10; // Timestamp.nanos
+      out[at++] = 0x10; // Timestamp 2: nanos
       at = writeVarint(out, at, nanos);
     }
-    fields.push({ no: 1, wireType: WireType.LengthDelimited, data: out.subarray(start, at) });
   }
-  scalar(fields, 2, page.cursor);
-  if (page.firstRetained !== undefined) scalar(fields, 3, page.firstRetained);
-  if (page.lastSequence !== undefined) scalar(fields, 4, page.lastSequence);
-  return fields;
+  for (let i = 0; i < scalars.length; i++) {
+    if (scalars[i] === 0) continue;
+    out[at++] = (i + 2) << 3; // 2, 3, 4: varints
+    at = writeVarint(out, at, scalars[i]!);
+  }
+  // Every tag here is one byte: field number and wire type.
+  return [{ no: out[0]! >>> 3, wireType: (out[0]! & 7) as WireType, data: out.subarray(1) }];
 }
 
 /** The length of a record's LaneRecord encoding. */
@@ -132,14 +139,7 @@ function recordSize(record: StoredLaneRecord): number {
   const seconds = Math.floor(ms / 1000);
   const nanos = (ms - seconds * 1000) * 1_000_000;
   const timestamp = (seconds > 0 ? 1 + varintSize(seconds) : 0) + (nanos > 0 ? 1 + varintSize(nanos) : 0);
-  return 1 + varintSize(record.sequence) + record.encodedFields.length + 1 + varintSize(timestamp) + timestamp;
-}
-
-function scalar(fields: UnknownField[], no: number, value: number): void {
-  if (value === 0) return;
-  const data = Buffer.allocUnsafe(varintSize(value));
-  writeVarint(data, 0, value);
-  fields.push({ no, wireType: WireType.Varint, data });
+  return 1 + varintSize(record.sequence) + record.encodedLength + 1 + varintSize(timestamp) + timestamp;
 }
 
 /** Bytes of the varint of a non-negative safe integer. */
