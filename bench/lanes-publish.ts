@@ -431,7 +431,7 @@ export async function lanesPublish(): Promise<void> {
         "",
         `Rounds (records/s): ${[...readRuns.entries()].map(([key, list]) => `${key} ${list.map((r) => rate(r).toFixed(0)).join(", ")}`).join("; ")}.`,
         "readers: concurrent readers, each paging (or consuming) the whole lane from its start; Laneway's answers",
-        "per page include every event's envelope decoded and re-encoded as Protobuf. Broker messages per page are",
+        "per page (binary Protobuf) copy each event's fields 2-8 from its stored envelope. Broker messages per page are",
         "those of Laneway's readers' connection (laneway-lanes-readers).",
         "",
         `Goals: PublishBatch at 64 in flight ≥ 0.2× raw JetStream: ${batchGoal.toFixed(2)}× (${batchGoal >= 0.2 ? "met" : "missed"}); ` +
