@@ -35,14 +35,19 @@
  *
  * `BENCH_CPU_PROF=<dir>` runs the Laneway process under `node --cpu-prof`,
  * leaves the profile in `<dir>` (read it with Chrome DevTools or any
- * .cpuprofile viewer) and prints where the Laneway CPU of the measured
- * publish runs went, by category and by function.
+ * .cpuprofile viewer) and prints where Laneway's CPU went during the
+ * measured publish runs and during the measured reader runs, by category
+ * and by function.
  *
  * To iterate on one row: `BENCH_PARTS=publish` (or `read`) runs one half,
  * `BENCH_TARGETS=single` (or `batch`, or both) the Laneway publish rows
  * named beside the raw baseline, `BENCH_IN_FLIGHT=64` (or 1) one number of
- * calls in flight, `BENCH_ROUNDS` the rounds (default 3) and
- * `BENCH_SECONDS` each run's length (default 3).
+ * calls in flight; `BENCH_ONLY=<mode>@<readers>,…` (modes raw, laneway,
+ * follow; readers 1 or 64) runs only those reader rows (a ratio whose
+ * baseline row did not run prints as NaN); `BENCH_ROUNDS` the rounds
+ * (default 3) and `BENCH_SECONDS` each run's length (default 3).
+ * `BENCH_READER_PROF=<dir>` leaves a CPU profile of every reader process
+ * in `<dir>`.
  *
  * Reported: records/s (median of interleaved rounds) and the ratio to the
  * raw baseline at the same number of requests in flight. Nothing is asserted.
@@ -95,6 +100,11 @@ const concurrencies = (process.env.BENCH_IN_FLIGHT ? process.env.BENCH_IN_FLIGHT
 const rounds = Math.max(1, Number(process.env.BENCH_ROUNDS) || 3);
 /** BENCH_TARGETS=raw,single (any of raw, single, batch) measures those publish rows only; raw is always measured (it is the baseline). */
 const publishTargets = (["raw", "single", "batch"] as const).filter((t) => t === "raw" || (process.env.BENCH_TARGETS ?? "single,batch").split(",").includes(t));
+const readModes = ["raw", "laneway", "follow"] as const;
+const only = new Set((process.env.BENCH_ONLY ?? "").split(",").map((s) => s.trim()).filter((s) => s !== ""));
+/** Whether a reader row runs (BENCH_ONLY). */
+const readerRowRuns = (mode: (typeof readModes)[number], readers: number) => only.size === 0 || only.has(`${mode}@${readers}`);
+const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
 /** 32 bytes replaced by a fresh 32-hex id per request (the load generator's placeholder rule for binary bodies). */
 const ID_PLACEHOLDER = "X".repeat(32);
 
@@ -114,6 +124,7 @@ export async function lanesPublish(): Promise<void> {
     ],
   });
   const { tokens, nats, monitor, laneway, profileDir } = systems;
+  let lanewayStopped = false;
   // The orchestrator's own connection reads stream state between runs, never during one.
   const nc = await connect({ servers: nats.url, name: "bench-orchestrator" });
   const jsm = await jetstreamManager(nc);
@@ -252,7 +263,12 @@ export async function lanesPublish(): Promise<void> {
           ? { mode, url: laneway.url, tokens: [tokens.ATLAS_LANE_TOKEN, tokens.BEACON_LANE_TOKEN], lane: REPLAY_LANE, last: REPLAY_RECORDS, concurrency, seconds }
           : { mode, url: nats.url, stream: replayStream, concurrency, seconds };
     const cpuBefore = await cpuNow();
-    const result = await runJson<ReaderResult>("bench/lanes-replay-reader.ts", [JSON.stringify(spec)]);
+    const readerProfile = process.env.BENCH_READER_PROF;
+    const result = await runJson<ReaderResult>(
+      "bench/lanes-replay-reader.ts",
+      [JSON.stringify(spec)],
+      readerProfile ? { READER_CPU_PROFILE: `${readerProfile}/reader-${mode}-${concurrency}-${Date.now()}.cpuprofile` } : {},
+    );
     const cpuAfter = await cpuNow();
     const after = await counters();
     // Replay and Follow read over Laneway's readers' connection.
@@ -269,7 +285,6 @@ export async function lanesPublish(): Promise<void> {
     };
   }
 
-  let lanewayStopped = false;
   try {
     // The replayed lane: 20,000 events, published in batches before anything is measured.
     const setupTransport = createLanewayTransport({ baseUrl: laneway.url, token: tokens.ATLAS_LANE_TOKEN, protocol: "connect-binary" });
@@ -299,14 +314,11 @@ export async function lanesPublish(): Promise<void> {
       if (publishTargets.includes("batch")) await lanewayPublish("batch", 4, 1);
     }
     if (parts.has("read")) {
-      await read("laneway", 1);
-      await read("follow", 1);
-      await read("raw", 1);
+      for (const mode of readModes) if (concurrencies.some((c) => readerRowRuns(mode, c))) await read(mode, 1);
     }
 
     const targets = publishTargets;
     const runs = new Map<string, Run[]>();
-    const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
     const windows: ProfileWindow[] = [];
     for (let round = 0; round < (parts.has("publish") ? rounds : 0); round++) {
       for (const concurrency of concurrencies) {
@@ -322,9 +334,12 @@ export async function lanesPublish(): Promise<void> {
     const readRuns = new Map<string, ReadRun[]>();
     for (let round = 0; round < (parts.has("read") ? rounds : 0); round++) {
       for (const concurrency of concurrencies) {
-        for (const mode of ["raw", "laneway", "follow"] as const) {
+        for (const mode of readModes) {
+          if (!readerRowRuns(mode, concurrency)) continue;
           const key = `${mode}@${concurrency}`;
+          const startUs = monotonicUs();
           readRuns.set(key, [...(readRuns.get(key) ?? []), await read(mode, concurrency)]);
+          if (mode !== "raw") windows.push({ label: key, startUs, endUs: monotonicUs() });
         }
       }
     }
@@ -388,9 +403,10 @@ export async function lanesPublish(): Promise<void> {
       console.log(`\nLanes replay: reading the ${REPLAY_RECORDS}-record lane from the start, again and again; ${rounds} rounds of ${seconds}s, medians\n`);
       const readRows: string[][] = [];
       for (const concurrency of concurrencies) {
-        const base = median(readRuns.get(`raw@${concurrency}`)!.map(rate));
-        for (const mode of ["raw", "laneway", "follow"] as const) {
-          const list = readRuns.get(`${mode}@${concurrency}`)!;
+        const base = median((readRuns.get(`raw@${concurrency}`) ?? []).map(rate));
+        for (const mode of readModes) {
+          const list = readRuns.get(`${mode}@${concurrency}`);
+          if (list === undefined) continue;
           const value = median(list.map(rate));
           ratios.set(`replay-${mode}@${concurrency}`, value / base);
           const pages = list.reduce((s, r) => s + r.pages, 0);
@@ -426,7 +442,7 @@ export async function lanesPublish(): Promise<void> {
         "",
         `Rounds (records/s): ${[...readRuns.entries()].map(([key, list]) => `${key} ${list.map((r) => rate(r).toFixed(0)).join(", ")}`).join("; ")}.`,
         "readers: concurrent readers, each paging (or consuming) the whole lane from its start; Laneway's answers",
-        "per page include every event's envelope decoded and re-encoded as Protobuf. Broker messages per page are",
+        "per page (binary Protobuf) copy each event's fields 2-8 from its stored envelope. Broker messages per page are",
         "those of Laneway's readers' connection (laneway-lanes-readers).",
         "",
         `Goals: PublishBatch at 64 in flight ≥ 0.2× raw JetStream: ${batchGoal.toFixed(2)}× (${batchGoal >= 0.2 ? "met" : "missed"}); ` +
@@ -439,6 +455,7 @@ export async function lanesPublish(): Promise<void> {
         .join("\n"),
     );
     if (profileDir !== undefined && windows.length > 0) {
+      // The profile is written when the process exits.
       await laneway.stop();
       lanewayStopped = true;
       const path = await newestProfile(profileDir, started);

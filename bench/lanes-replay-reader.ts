@@ -23,7 +23,11 @@
  *   {mode: "laneway", url, token, lane, concurrency, seconds}
  *   {mode: "raw", url, stream, concurrency, seconds}
  * Prints {records, pages, passes, seconds, cpuMicros} (cpuMicros: this process's CPU time while reading).
+ * With READER_CPU_PROFILE=<file>, the reading is CPU-profiled into that file.
  */
+import { mkdir, writeFile } from "node:fs/promises";
+import { Session } from "node:inspector/promises";
+import { dirname } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { DeliverPolicy, jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
@@ -36,6 +40,13 @@ type Spec =
   | { mode: "raw"; url: string; stream: string; concurrency: number; seconds: number };
 
 const spec = JSON.parse(process.argv[2]!) as Spec;
+const profileFile = process.env.READER_CPU_PROFILE;
+const profiler = profileFile ? new Session() : undefined;
+if (profiler !== undefined) {
+  profiler.connect();
+  await profiler.post("Profiler.enable");
+  await profiler.post("Profiler.start");
+}
 let records = 0;
 let pages = 0;
 let passes = 0;
@@ -105,4 +116,9 @@ if (spec.mode === "laneway") {
 }
 const seconds = (Date.now() - startedAt) / 1000;
 const cpu = process.cpuUsage(cpuAtStart);
+if (profiler !== undefined) {
+  const { profile } = await profiler.post("Profiler.stop");
+  await mkdir(dirname(profileFile!), { recursive: true });
+  await writeFile(profileFile!, JSON.stringify(profile));
+}
 process.stdout.write(JSON.stringify({ records, pages, passes, seconds, cpuMicros: cpu.user + cpu.system }) + "\n");

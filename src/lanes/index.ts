@@ -15,6 +15,7 @@ export { PUBLISH_PAUSE_POINTS, type PublishOutcome } from "./publisher.js";
 export { LaneRegistry, type RegistryView } from "./registry.js";
 export { serializeRegistry } from "./registry-document.js";
 export { MAX_EVENTS, MAX_EXAMINED } from "./replay.js";
+export { StoredLaneRecord } from "./envelope.js";
 export { retryDelayMs, type InspectedState } from "./group-ledger.js";
 export type { Receipt, RecoveryResult, WorkDelivery } from "./work-groups.js";
 export type { LaneBounds, LaneRecord, LanesConfig, RecordKind } from "./types.js";

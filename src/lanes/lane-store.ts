@@ -504,11 +504,11 @@ export class LaneStore {
       const subscription = nc.subscribe(createInbox(this.broker.inboxPrefix), {
         callback: (error, message) => {
           if (error) return settle({ error });
-          const sequence = streamSequenceOf(message);
-          if (sequence !== undefined) {
-            const pending = pendingOf(message);
+          const delivery = deliveryOf(message);
+          if (delivery !== undefined) {
+            const { sequence, pending } = delivery;
             if (pending !== undefined) this.#learn(stream, 0, sequence + pending);
-            records.push({ sequence, subject: message.subject, data: message.data, storedAt: storedAtOf(message) });
+            records.push(new PulledRecord(sequence, message, delivery.storedAt));
             bytes += sizeOf(message);
             if (records.length >= batch) settle({ end: "batch" });
             else if (bytes >= maxBytes) settle({ end: "bytes" });
@@ -531,7 +531,10 @@ export class LaneStore {
       // The broker answers 408 at `expires`; this only ends a pull it never ends (a connection lost meanwhile).
       const timer = setTimeout(() => settle({ end: "short" }), expiresMs + 2_000);
       signal?.addEventListener("abort", onAbort, { once: true });
-      void subscription.closed.then(() => settle({ error: new BrokerUnavailableError("connection_closed") }));
+      // Closed before the pull settled: the connection went away (its own unsubscribe, after settling, is not news).
+      void subscription.closed.then(() => {
+        if (!settled) settle({ error: new BrokerUnavailableError("connection_closed") });
+      });
       try {
         // The readers of pages ask only for records the stream's range holds:
         // they do not wait for more (records that expired meanwhile make a
@@ -742,32 +745,74 @@ function sizeOf(message: Msg): number {
   return typeof sized.size === "function" ? sized.size() : message.subject.length + (message.reply?.length ?? 0) + message.data.byteLength;
 }
 
+/** What the reply subject of a record delivered by a consumer says of it. */
+interface Delivery {
+  readonly sequence: number;
+  /** Records after it on its consumer when it was sent: the stream's last sequence is at least `sequence + pending`. */
+  readonly pending: number | undefined;
+  /** When the stream stored it (epoch ms). */
+  readonly storedAt: number;
+}
+
 /**
- * The stream sequence of a record delivered by a consumer, from its reply
- * subject: `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.…` (9
- * tokens), or with a domain and account hash after `ACK` (11 or more);
+ * The stream sequence, pending count and store time of a record delivered
+ * by a consumer, from its reply subject:
+ * `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<nanos>.<pending>`
+ * (9 tokens), or with a domain and account hash after `ACK` (11 or more);
  * undefined for a status message.
  */
-function streamSequenceOf(message: Msg): number | undefined {
+function deliveryOf(message: Msg): Delivery | undefined {
   const reply = message.reply;
   if (reply === undefined || !reply.startsWith("$JS.ACK.")) return undefined;
-  const tokens = reply.split(".");
-  const sequence = Number(tokens[tokens.length === 9 ? 5 : 7]);
-  return Number.isSafeInteger(sequence) && sequence > 0 ? sequence : undefined;
+  // Where each token ends (read once, without splitting the subject into strings).
+  let tokens = 0;
+  for (let i = 0; i < reply.length && tokens < TOKEN_ENDS.length; i++) if (reply.charCodeAt(i) === 0x2e) TOKEN_ENDS[tokens++] = i;
+  if (tokens < TOKEN_ENDS.length) TOKEN_ENDS[tokens++] = reply.length;
+  if (tokens < 9) return undefined;
+  const short = tokens === 9;
+  const sequence = tokenDigits(reply, short ? 5 : 7, 0);
+  if (!(sequence > 0)) return undefined;
+  const pending = tokenDigits(reply, short ? 8 : 10, 0);
+  // Nanoseconds to milliseconds, rounded down: the token's last six digits go.
+  const storedAt = tokenDigits(reply, short ? 7 : 9, 6);
+  return { sequence, pending: Number.isNaN(pending) ? undefined : pending, storedAt: Number.isNaN(storedAt) ? 0 : storedAt };
 }
 
-/** Records after a delivered one on its consumer when it was sent (the last token of its reply subject); the stream's last sequence is at least its sequence plus this. */
-function pendingOf(message: Msg): number | undefined {
-  const tokens = message.reply!.split(".");
-  const pending = Number(tokens[tokens.length === 9 ? 8 : 10]);
-  return Number.isSafeInteger(pending) && pending >= 0 ? pending : undefined;
+/** The ends of a reply subject's first tokens (the longest form has 12). */
+const TOKEN_ENDS = new Int32Array(16);
+
+/** The safe integer written in decimal in token `index` of `reply` without its last `drop` digits (0 when only those are there); NaN when it is not one. */
+function tokenDigits(reply: string, index: number, drop: number): number {
+  const from = index === 0 ? 0 : TOKEN_ENDS[index - 1]! + 1;
+  const to = TOKEN_ENDS[index]! - drop;
+  if (to - from > 16) return Number.NaN;
+  let value = 0;
+  for (let i = from; i < to; i++) {
+    const digit = reply.charCodeAt(i) - 0x30;
+    if (digit < 0 || digit > 9) return Number.NaN;
+    value = value * 10 + digit;
+  }
+  if (to <= from && drop === 0) return Number.NaN;
+  return Number.isSafeInteger(value) ? value : Number.NaN;
 }
 
-/** When the stream stored a delivered record (epoch ms), from the same reply subject: its timestamp in nanoseconds follows the consumer sequence. */
-function storedAtOf(message: Msg): number {
-  const tokens = message.reply!.split(".");
-  const nanosToken = tokens[tokens.length === 9 ? 7 : 9] ?? "0";
-  return /^\d+$/.test(nanosToken) ? Number(BigInt(nanosToken) / 1_000_000n) : 0;
+/** A record as a pull delivered it: its subject is decoded only when asked for (the readers of pages never do). */
+class PulledRecord implements StoredRecord {
+  readonly data: Uint8Array;
+  readonly #message: Msg;
+
+  constructor(
+    readonly sequence: number,
+    message: Msg,
+    readonly storedAt: number,
+  ) {
+    this.data = message.data;
+    this.#message = message;
+  }
+
+  get subject(): string {
+    return this.#message.subject;
+  }
 }
 
 /** A key's subject in its bucket; the key must be a valid KV key (nats.js's rule), never a wildcard. */

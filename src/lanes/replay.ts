@@ -1,4 +1,4 @@
-import { decodeEnvelope, recordOf } from "./envelope.js";
+import { storedRecord } from "./envelope.js";
 import { LaneError } from "./errors.js";
 import type { LaneStore, StreamRange as StoreRange } from "./lane-store.js";
 import type { Namespace } from "./namespace.js";
@@ -130,14 +130,15 @@ export class Replayer {
         if (record.sequence !== expected) {
           throw new LaneError("lane_cursor", `record ${expected} of lane ${lane} is missing from retention while it was being read: replay again`);
         }
-        const envelope = decodeEnvelope(record.data);
-        if (envelope === undefined) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
+        // Decoded only as far as the page needs (its kind); the rest when a caller asks.
+        const stored = storedRecord(record.data, record.sequence);
+        if (stored === undefined) throw new Error(`record ${record.sequence} of a lane stream is not a Laneway envelope`);
         examined += 1;
         bytes += record.data.byteLength;
         position = record.sequence;
         expected += 1;
-        if (envelope.kind === "event") {
-          events.push(recordOf(envelope, record.sequence));
+        if (stored.kind === "event") {
+          events.push(stored);
           if (events.length >= maxEvents) break;
         }
       }

@@ -36,6 +36,7 @@ import type { ErrorDomainSpec } from "../core-binding.js";
 import { codeOfReason } from "../error-mapping.js";
 import { notEnabled } from "../not-enabled.js";
 import { callSignal } from "./call-signal.js";
+import { binaryCodec, followResponse, replayResponse } from "./lane-pages.js";
 
 /**
  * LaneService: decode, authorize, call the lanes core, encode. The service
@@ -127,18 +128,14 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     async replay(req, ctx) {
       const { id: project } = principalOf(ctx, "project");
       const page = await lanes().replay({ project, lane: req.lane, cursor: req.cursor, maxEvents: req.maxEvents }, callSignal(ctx));
-      return {
-        events: page.events.map(laneRecordMessage),
-        cursor: BigInt(page.cursor),
-        firstRetained: BigInt(page.firstRetained),
-        lastSequence: BigInt(page.lastSequence),
-      };
+      return replayResponse(page, binaryCodec(ctx), laneRecordMessage);
     },
     async *follow(req, ctx) {
       const { id: project } = principalOf(ctx, "project");
       // Ends cleanly on client cancellation and when the server drains.
+      const binary = binaryCodec(ctx);
       for await (const page of lanes().follow({ project, lane: req.lane, cursor: req.cursor }, callSignal(ctx, drain))) {
-        yield { events: page.events.map(laneRecordMessage), cursor: BigInt(page.cursor) };
+        yield followResponse(page, binary, laneRecordMessage);
       }
     },
     async claim(req, ctx) {
