@@ -33,13 +33,22 @@
  * received from it, per record published or per page replayed; and the
  * server-wide in/out message counts per record for the raw baseline.
  *
- * `BENCH_CPU_PROF=<dir>` runs the Laneway process under `node --cpu-prof`
- * and leaves the profile in `<dir>` (read it with Chrome DevTools or any
- * .cpuprofile viewer).
+ * `BENCH_CPU_PROF=<dir>` runs the Laneway process under `node --cpu-prof`,
+ * leaves the profile in `<dir>` (read it with Chrome DevTools or any
+ * .cpuprofile viewer) and prints where the Laneway CPU of the measured
+ * publish runs went, by category and by function.
+ *
+ * To iterate on one row: `BENCH_PARTS=publish` (or `read`) runs one half,
+ * `BENCH_TARGETS=single` (or `batch`, or both) the Laneway publish rows
+ * named beside the raw baseline, `BENCH_IN_FLIGHT=64` (or 1) one number of
+ * calls in flight, `BENCH_ROUNDS` the rounds (default 3) and
+ * `BENCH_SECONDS` each run's length (default 3).
  *
  * Reported: records/s (median of interleaved rounds) and the ratio to the
  * raw baseline at the same number of requests in flight. Nothing is asserted.
  */
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
 import { create, toBinary } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import { jetstreamManager, type StreamConfig } from "@nats-io/jetstream";
@@ -48,6 +57,7 @@ import { LaneService, PublishBatchRequestSchema, PublishRequestSchema, RecordKin
 import { createLanewayTransport } from "../src/client/transport.js";
 import { streamName } from "../src/lanes/index.js";
 import { benchPayload, benchSeconds, median, printTable, processCpuUs, runJson, startLanesBench } from "./harness.js";
+import { newestProfile, summarizeProfile, type ProfileWindow } from "./lanes-work-profile.js";
 
 interface LoadResult {
   completed: number;
@@ -80,8 +90,11 @@ const BATCH_SIZE = 128;
 const REPLAY_RECORDS = 20_000;
 const PAYLOAD_BYTES = 200;
 const RAW_SUBJECTS = "bench.raw.rec";
-const concurrencies = [1, 64] as const;
-const rounds = 3;
+/** BENCH_IN_FLIGHT=64 (or 1) measures one number of calls in flight (default both). */
+const concurrencies = (process.env.BENCH_IN_FLIGHT ? process.env.BENCH_IN_FLIGHT.split(",").map(Number) : [1, 64]).filter((c) => c === 1 || c === 64);
+const rounds = Math.max(1, Number(process.env.BENCH_ROUNDS) || 3);
+/** BENCH_TARGETS=raw,single (any of raw, single, batch) measures those publish rows only; raw is always measured (it is the baseline). */
+const publishTargets = (["raw", "single", "batch"] as const).filter((t) => t === "raw" || (process.env.BENCH_TARGETS ?? "single,batch").split(",").includes(t));
 /** 32 bytes replaced by a fresh 32-hex id per request (the load generator's placeholder rule for binary bodies). */
 const ID_PLACEHOLDER = "X".repeat(32);
 
@@ -256,11 +269,12 @@ export async function lanesPublish(): Promise<void> {
     };
   }
 
+  let lanewayStopped = false;
   try {
     // The replayed lane: 20,000 events, published in batches before anything is measured.
     const setupTransport = createLanewayTransport({ baseUrl: laneway.url, token: tokens.ATLAS_LANE_TOKEN, protocol: "connect-binary" });
     const client = createClient(LaneService, setupTransport.transport);
-    for (let offset = 0; offset < REPLAY_RECORDS; offset += BATCH_SIZE * 8) {
+    for (let offset = 0; offset < (parts.has("read") ? REPLAY_RECORDS : 0); offset += BATCH_SIZE * 8) {
       await Promise.all(
         Array.from({ length: 8 }, async (_, b) => {
           const from = offset + b * BATCH_SIZE;
@@ -276,13 +290,13 @@ export async function lanesPublish(): Promise<void> {
       );
     }
     setupTransport.close();
-    if ((await messagesIn(replayStream)) !== REPLAY_RECORDS) throw new Error("the replay lane does not hold the records published to it");
+    if (parts.has("read") && (await messagesIn(replayStream)) !== REPLAY_RECORDS) throw new Error("the replay lane does not hold the records published to it");
 
     // Warm-up: JIT, connections, stream files.
     if (parts.has("publish")) {
       await rawPublish(16, 1);
-      await lanewayPublish("single", 16, 1);
-      await lanewayPublish("batch", 4, 1);
+      if (publishTargets.includes("single")) await lanewayPublish("single", 16, 1);
+      if (publishTargets.includes("batch")) await lanewayPublish("batch", 4, 1);
     }
     if (parts.has("read")) {
       await read("laneway", 1);
@@ -290,12 +304,16 @@ export async function lanesPublish(): Promise<void> {
       await read("raw", 1);
     }
 
-    const targets = ["raw", "single", "batch"] as const;
+    const targets = publishTargets;
     const runs = new Map<string, Run[]>();
+    const monotonicUs = () => Number(process.hrtime.bigint() / 1000n);
+    const windows: ProfileWindow[] = [];
     for (let round = 0; round < (parts.has("publish") ? rounds : 0); round++) {
       for (const concurrency of concurrencies) {
         for (const target of targets) {
+          const startUs = monotonicUs();
           const run = target === "raw" ? await rawPublish(concurrency) : await lanewayPublish(target, concurrency);
+          if (target !== "raw") windows.push({ label: `${target}@${concurrency}`, startUs, endUs: monotonicUs() });
           const key = `${target}@${concurrency}`;
           runs.set(key, [...(runs.get(key) ?? []), run]);
         }
@@ -420,8 +438,19 @@ export async function lanesPublish(): Promise<void> {
         .filter((line) => line !== "")
         .join("\n"),
     );
+    if (profileDir !== undefined && windows.length > 0) {
+      await laneway.stop();
+      lanewayStopped = true;
+      const path = await newestProfile(profileDir, started);
+      console.log("");
+      if (path === undefined) console.log(`(no .cpuprofile was written to ${profileDir})`);
+      else {
+        await writeFile(join(profileDir, "windows.json"), JSON.stringify(windows));
+        await summarizeProfile(path, windows, 30);
+      }
+    }
   } finally {
     await nc.close();
-    await systems.stop();
+    await systems.stop({ lanewayStopped });
   }
 }

@@ -7,6 +7,13 @@
  * (AckBatch) on one group, for `seconds`. Loop i talks to `urls[i %
  * urls.length]`: the load is spread evenly over the replicas.
  *
+ * Publishers keep at most `backlog` records published and not yet
+ * acknowledged (default: two batches per publisher): publication stays in
+ * step with the workers, so that every run publishes about as many records
+ * as it acknowledges and CPU per item compares runs that did the same work
+ * (unbounded, publishers outran the workers by a different share in each
+ * run).
+ *
  * Checked: every publication and every ack succeeded (an ack answered
  * with an error, or a record failing to publish, is an error).
  *
@@ -28,6 +35,7 @@ interface Spec {
   workers: number;
   batch: number;
   seconds: number;
+  backlog?: number;
 }
 
 const spec = JSON.parse(process.argv[2]!) as Spec;
@@ -51,9 +59,17 @@ const fail = (message: string) => {
   firstError ??= message;
 };
 
+const backlog = spec.backlog ?? 2 * spec.batch * spec.publishers;
+/** Records published and not yet acknowledged, counting the batches on their way. */
+let ahead = 0;
 const publisher = async (index: number) => {
   const client = publishers[index % publishers.length]!;
   while (Date.now() < deadline) {
+    if (ahead + spec.batch > backlog) {
+      await new Promise((resolve) => setTimeout(resolve, 2));
+      continue;
+    }
+    ahead += spec.batch;
     const base = ids;
     ids += spec.batch;
     try {
@@ -63,9 +79,13 @@ const publisher = async (index: number) => {
       });
       for (const result of answer.results) {
         if (result.outcome.case === "published") published += 1;
-        else fail(`publish: ${result.outcome.value?.message ?? "no outcome"}`);
+        else {
+          ahead -= 1;
+          fail(`publish: ${result.outcome.value?.message ?? "no outcome"}`);
+        }
       }
     } catch (error) {
+      ahead -= spec.batch;
       fail(`publish: ${String(error)}`);
     }
   }
@@ -79,7 +99,10 @@ const worker = async (index: number) => {
       if (work.length === 0) continue;
       const answer = await client.ackBatch({ lane: spec.lane, group: spec.group, receipts: work.map((w) => ({ sequence: w.record!.sequence, receipt: w.receipt })) });
       for (const result of answer.results) {
-        if (result.outcome.case === "acked") acked += 1;
+        if (result.outcome.case === "acked") {
+          acked += 1;
+          ahead -= 1;
+        }
         else fail(`ack: ${result.outcome.value?.message ?? "no outcome"}`);
       }
     } catch (error) {

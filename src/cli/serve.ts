@@ -67,7 +67,7 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     `  data directory: ${settings.dataDir}`,
     `  NATS: ${settings.natsServers ? "external server" : "embedded nats-server (JetStream store in the data directory)"}`,
     ...(settings.cores === "all" ? [] : [`  cores: ${settings.cores.join(", ")} only (a replica: the full instance serves the others)`]),
-    ...coreBindings.flatMap((b) => (b.summary ? [`  ${b.name}: ${b.summary(startup.cores.get(b.name))}`] : [])),
+    ...coreBindings.flatMap((b) => (b.summary && startup.cores.has(b.name) ? [`  ${b.name}: ${b.summary(startup.cores.get(b.name))}`] : [])),
     `  operator RPCs: ${
       !settings.adminToken
         ? "disabled (LANEWAY_ADMIN_TOKEN is not set)"

@@ -1,6 +1,6 @@
 import { AckPolicy, DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import type { JetStreamClient, JetStreamManager, StreamConfig, StreamInfo } from "@nats-io/jetstream";
-import { Bucket, Kvm, type KV, type KvEntry } from "@nats-io/kv";
+import { Bucket, Kvm, type KV } from "@nats-io/kv";
 import { createInbox, nanos, nuid, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import {
   BrokerConnection,
@@ -10,6 +10,7 @@ import {
   JetStreamRejectedError,
   type NatsFailure,
 } from "../nats/index.js";
+import { BrokerRequests, type StoredMessage } from "./broker-requests.js";
 import { LaneError } from "./errors.js";
 import { ReadBudget } from "./read-budget.js";
 
@@ -35,6 +36,16 @@ interface Handles {
   readonly jsm: JetStreamManager;
   readonly kvm: Kvm;
   readonly buckets: Map<string, KV>;
+  /** Appends, key writes and single-message reads (see broker-requests.ts). */
+  readonly requests: BrokerRequests;
+}
+
+/** A key's stored value and its revision. */
+export interface StoredKey {
+  readonly revision: number;
+  readonly value: Uint8Array;
+  string(): string;
+  json<T = unknown>(): T;
 }
 
 /** One stored record as read from a stream. */
@@ -141,15 +152,9 @@ export class LaneStore {
   }
 
   /** One message of a stream, by sequence or last on a subject; null when none. */
-  async #getMessage(stream: string, query: { seq: number } | { last_by_subj: string }) {
-    const { jsm } = await this.#current();
-    if (!this.#leaderReads) return jsm.direct.getMessage(stream, query);
-    try {
-      return await jsm.streams.getMessage(stream, query);
-    } catch (error) {
-      if (isCode(error, JetStreamErrorCode.NoMessageFound)) return null;
-      throw error;
-    }
+  async #getMessage(stream: string, query: { seq: number } | { last_by_subj: string }): Promise<StoredMessage | null> {
+    const { requests } = await this.#current();
+    return this.#leaderReads ? requests.leaderGet(stream, query) : requests.directGet(stream, query);
   }
 
   /** The broker's current connection generation (a new value means earlier subscriptions are gone). */
@@ -168,7 +173,8 @@ export class LaneStore {
     if (this.#handles?.generation === generation) return this.#handles;
     const jsm = await jetstreamManager(nc, { timeout: this.timeoutMs, checkAPI: false });
     const js = jetstream(nc, { timeout: this.timeoutMs });
-    this.#handles = { generation, js, jsm, kvm: new Kvm(js), buckets: new Map() };
+    const requests = new BrokerRequests(nc, this.broker.inboxPrefix, this.timeoutMs);
+    this.#handles = { generation, js, jsm, kvm: new Kvm(js), buckets: new Map(), requests };
     return this.#handles;
   }
 
@@ -196,6 +202,21 @@ export class LaneStore {
       }
       throw translated;
     }
+  }
+
+  /**
+   * Runs one request of the pipe (an append, a key write, a single read):
+   * like `run`, but `signal` is checked before the request starts instead
+   * of raced against it. The call that passed the signal is bounded by its
+   * own deadline (lanes-core.ts answers at once when it passes); a request
+   * already sent ends within the operation timeout, and no further request
+   * of an aborted call starts. Racing every request added and removed a
+   * listener on the call's signal, which a batch shares among up to 128
+   * records (each addition walks the listeners already there).
+   */
+  #request<T>(operation: () => Promise<T>, action: string, signal: AbortSignal | undefined): Promise<T> {
+    if (signal?.aborted) return Promise.reject(laneErrorOf(signal.reason, action, signal));
+    return this.run(operation, action);
   }
 
   // ------------------------------------------------------------- streams
@@ -254,16 +275,11 @@ export class LaneStore {
     options: { msgID: string; expectLastSubjectSequence: number },
     signal?: AbortSignal,
   ): Promise<{ sequence: number; duplicate: boolean } | "subject_taken"> {
-    return this.run(
+    return this.#request(
       async () => {
-        const { js } = await this.#current();
+        const { requests } = await this.#current();
         try {
-          const ack = await js.publish(subject, data, {
-            msgID: options.msgID,
-            expect: { lastSubjectSequence: options.expectLastSubjectSequence },
-            timeout: this.timeoutMs,
-            retries: 0,
-          });
+          const ack = await requests.publish(subject, data, { msgID: options.msgID, expectLastSubjectSequence: options.expectLastSubjectSequence });
           return { sequence: ack.seq, duplicate: ack.duplicate };
         } catch (error) {
           if (isCode(error, JetStreamErrorCode.WrongLastSequence)) return "subject_taken" as const;
@@ -277,10 +293,10 @@ export class LaneStore {
 
   /** One message by sequence; undefined when it is not retained. */
   bySequence(stream: string, sequence: number, signal?: AbortSignal): Promise<StoredRecord | undefined> {
-    return this.run(
+    return this.#request(
       async () => {
         const message = await this.#getMessage(stream, { seq: sequence });
-        return message === null || message.seq !== sequence ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time.getTime() };
+        return message === null || message.seq !== sequence ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time };
       },
       "reading a record",
       signal,
@@ -289,10 +305,10 @@ export class LaneStore {
 
   /** The last message on a subject; undefined when there is none. */
   lastOnSubject(stream: string, subject: string, signal?: AbortSignal): Promise<StoredRecord | undefined> {
-    return this.run(
+    return this.#request(
       async () => {
         const message = await this.#getMessage(stream, { last_by_subj: subject });
-        return message === null ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time.getTime() };
+        return message === null ? undefined : { sequence: message.seq, subject: message.subject, data: message.data, storedAt: message.time };
       },
       "reading a record",
       signal,
@@ -545,23 +561,46 @@ export class LaneStore {
     return bucket;
   }
 
-  kvGet(bucket: string, key: string, signal?: AbortSignal): Promise<KvEntry | undefined> {
-    return this.run(
+  /**
+   * The key's stored message (a value, or a delete or purge marker); null
+   * when the key never had one. Read directly (the namespace's buckets
+   * allow it when they have one replica, which startup checks), or through
+   * the bucket's leader when replicated.
+   */
+  #keyMessage(bucket: string, key: string): Promise<StoredMessage | null> {
+    return this.#getMessage(`KV_${bucket}`, { last_by_subj: keySubject(bucket, key) });
+  }
+
+  kvGet(bucket: string, key: string, signal?: AbortSignal): Promise<StoredKey | undefined> {
+    return this.#request(
       async () => {
-        const entry = await (await this.#bucket(bucket)).get(key);
-        return entry === null || entry.operation !== "PUT" ? undefined : entry;
+        const message = await this.#keyMessage(bucket, key);
+        return message === null || message.operation !== undefined ? undefined : storedKey(message);
       },
       "reading a key",
       signal,
     );
   }
 
-  /** Creates a key that must not exist; `exists` when it does. */
+  /**
+   * Creates a key that must not exist (or whose last message is a delete or
+   * purge marker, which it replaces at that marker's revision, as nats.js's
+   * `create` does); `exists` when it holds a value.
+   */
   kvCreate(bucket: string, key: string, value: Uint8Array, signal?: AbortSignal): Promise<number | "exists"> {
-    return this.run(
+    return this.#request(
       async () => {
+        const { requests } = await this.#current();
+        const subject = keySubject(bucket, key);
         try {
-          return await (await this.#bucket(bucket)).create(key, value);
+          return (await requests.publish(subject, value, { expectLastSubjectSequence: 0 })).seq;
+        } catch (error) {
+          if (!isCode(error, JetStreamErrorCode.WrongLastSequence)) throw error;
+        }
+        const last = await this.#keyMessage(bucket, key);
+        if (last === null || last.operation === undefined) return "exists" as const;
+        try {
+          return (await requests.publish(subject, value, { expectLastSubjectSequence: last.seq })).seq;
         } catch (error) {
           if (isCode(error, JetStreamErrorCode.WrongLastSequence)) return "exists" as const;
           throw error;
@@ -574,10 +613,12 @@ export class LaneStore {
 
   /** Replaces a key at an expected revision; `conflict` when it moved. */
   kvUpdate(bucket: string, key: string, value: Uint8Array, revision: number, signal?: AbortSignal): Promise<number | "conflict"> {
-    return this.run(
+    return this.#request(
       async () => {
+        if (!(revision > 0)) throw new RangeError("a key's revision is at least 1");
+        const { requests } = await this.#current();
         try {
-          return await (await this.#bucket(bucket)).update(key, value, revision);
+          return (await requests.publish(keySubject(bucket, key), value, { expectLastSubjectSequence: revision })).seq;
         } catch (error) {
           if (isCode(error, JetStreamErrorCode.WrongLastSequence)) return "conflict" as const;
           throw error;
@@ -727,6 +768,22 @@ function storedAtOf(message: Msg): number {
   const tokens = message.reply!.split(".");
   const nanosToken = tokens[tokens.length === 9 ? 7 : 9] ?? "0";
   return /^\d+$/.test(nanosToken) ? Number(BigInt(nanosToken) / 1_000_000n) : 0;
+}
+
+/** A key's subject in its bucket; the key must be a valid KV key (nats.js's rule), never a wildcard. */
+function keySubject(bucket: string, key: string): string {
+  if (key.startsWith(".") || key.endsWith(".") || !/^[-/=.\w]+$/.test(key)) throw new Error("invalid key");
+  return `$KV.${bucket}.${key}`;
+}
+
+function storedKey(message: StoredMessage): StoredKey {
+  const { seq: revision, data: value } = message;
+  return {
+    revision,
+    value,
+    string: () => Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString("utf8"),
+    json: <T>() => JSON.parse(Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString("utf8")) as T,
+  };
 }
 
 function isCode(error: unknown, code: number): boolean {

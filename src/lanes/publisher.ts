@@ -3,7 +3,7 @@ import { noPausePoints, type PausePoints } from "../fault-injection/pause-points
 import { JetStreamRejectedError } from "../nats/index.js";
 import { contentHash, decodeEnvelope, encodeEnvelope, recordOf, type Envelope } from "./envelope.js";
 import { LaneError } from "./errors.js";
-import type { LaneStore } from "./lane-store.js";
+import { laneErrorOf, type LaneStore } from "./lane-store.js";
 import { recordSubject, reservationKey } from "./names.js";
 import type { Namespace } from "./namespace.js";
 import type { LaneRegistry } from "./registry.js";
@@ -37,6 +37,16 @@ import type { LaneRecord, Publication } from "./types.js";
  * namespace's retention) and the record have expired.
  */
 
+/**
+ * Publications one process carries through the protocol at once; the
+ * others wait their turn in arrival order. Enough to keep the broker busy
+ * (each is a round trip at a time), few enough that 64 batches of 128 do
+ * not hold 8,192 publications' state at once (which made the process
+ * spend a third of its time collecting garbage) and that earlier calls
+ * finish first instead of every call finishing last.
+ */
+export const MAX_PUBLISHING = 256;
+
 /** Fault-injection points of publication (see src/fault-injection). */
 export const PUBLISH_PAUSE_POINTS = ["publish-after-reserve", "publish-after-append"] as const;
 
@@ -57,6 +67,9 @@ export interface PublishOutcome {
 export type BatchOutcome = { readonly published: PublishOutcome } | { readonly error: unknown };
 
 export class Publisher {
+  #publishing = 0;
+  readonly #waiting: (() => void)[] = [];
+
   constructor(
     private readonly store: LaneStore,
     private readonly namespace: Namespace,
@@ -102,6 +115,24 @@ export class Publisher {
   }
 
   async #publish(project: string, lane: string, publication: Publication, signal?: AbortSignal): Promise<PublishOutcome> {
+    if (this.#publishing >= MAX_PUBLISHING) {
+      await new Promise<void>((resolve) => this.#waiting.push(resolve));
+      // The turn passed on to this publication: it is counted already.
+    } else {
+      this.#publishing++;
+    }
+    try {
+      // A call that ended while this waited does no broker work.
+      if (signal?.aborted) throw laneErrorOf(signal.reason, "publishing", signal);
+      return await this.#protocol(project, lane, publication, signal);
+    } finally {
+      const next = this.#waiting.shift();
+      if (next !== undefined) next();
+      else this.#publishing--;
+    }
+  }
+
+  async #protocol(project: string, lane: string, publication: Publication, signal?: AbortSignal): Promise<PublishOutcome> {
     const ns = this.namespace.config.namespace;
     const stream = this.namespace.streams.get(lane)!;
     const key = reservationKey(lane, project, publication.id);
@@ -167,7 +198,7 @@ export class Publisher {
     for (let attempt = 0; attempt < 3; attempt++) {
       // Create first: a new key (the common case) costs one round trip; an
       // existing reservation is read only when the create finds one.
-      const fresh = { hash, generation: randomBytes(16).toString("hex"), createdAt: this.now() };
+      const fresh = { hash, generation: randomHex16(), createdAt: this.now() };
       const revision = await this.store.kvCreate(
         this.namespace.reservations,
         key,
@@ -199,6 +230,20 @@ export class Publisher {
     }
     return { hash: value.hash, generation: value.generation, createdAt: value.created_at, revision: entry.revision };
   }
+}
+
+/** Random bytes drawn 4 KiB at a time (a system call per 256 generations instead of one each). */
+let randomPool = Buffer.alloc(0);
+let randomAt = 0;
+
+/** A reservation's generation: 16 random bytes as hex. */
+function randomHex16(): string {
+  if (randomAt + 16 > randomPool.length) {
+    randomPool = randomBytes(4096);
+    randomAt = 0;
+  }
+  randomAt += 16;
+  return randomPool.toString("hex", randomAt - 16, randomAt);
 }
 
 /** A lane_unavailable that is the broker's definite "no" (capacity), not a lost or slow connection. */

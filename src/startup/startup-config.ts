@@ -15,7 +15,7 @@
 import type { Env } from "../config/env-name.js";
 import { loadServerConfig, type ServerConfig, type ServerConfigOptions } from "../config/server-config.js";
 import type { SettingDeclaration, SettingValues } from "../config/settings.js";
-import { ensureDemoSetup, type DemoSetup } from "./demo-setup.js";
+import { ensureDemoSetup, type DemoFile, type DemoSetup } from "./demo-setup.js";
 
 /** What a core sees while it resolves its settings. */
 export interface SettingsContext {
@@ -39,6 +39,8 @@ export interface CoreSettings<C = unknown> {
   /** The heading of its section in `serve --help`. */
   readonly title: string;
   readonly declarations: readonly SettingDeclaration[];
+  /** What demo mode (`--demo`) writes for the core under the data directory: once, then left alone. */
+  readonly demo?: Omit<DemoFile, "core">;
   resolve(values: SettingValues, context: SettingsContext): C | Promise<C>;
 }
 
@@ -49,7 +51,7 @@ export interface StartupOptions extends ServerConfigOptions {
 
 export interface StartupConfig {
   readonly server: ServerConfig;
-  /** Each core's resolved configuration, by core name. */
+  /** Each served core's resolved configuration, by core name (a core `--cores` leaves out has none). */
   readonly cores: ReadonlyMap<string, unknown>;
   /** Demo files, when demo mode is on. Check `repairedTokensMode` to warn. */
   readonly demo: DemoSetup | undefined;
@@ -64,13 +66,16 @@ export async function loadStartupConfig(argv: readonly string[], env: Env, optio
   let merged: Env = env;
   let demo: DemoSetup | undefined;
   if (server.demo) {
-    demo = await ensureDemoSetup(server.dataDir, env);
+    demo = await ensureDemoSetup(server.dataDir, env, cores.flatMap((c) => (c.demo ? [{ core: c.core, ...c.demo }] : [])));
     merged = Object.freeze({ ...demo.env, ...definedOnly(env) });
     server = loadServerConfig(argv, merged, serverOptions);
   }
   const context: SettingsContext = { env: merged, cwd: options.cwd ?? process.cwd(), server, demo };
   const resolved = new Map<string, unknown>();
-  for (const core of cores) resolved.set(core.core, await core.resolve(server.declared, context));
+  // A replica (`--cores`) resolves only the cores it serves: the settings of
+  // a core it does not open cannot stop it.
+  const served = (name: string) => server.cores === "all" || server.cores.includes(name);
+  for (const core of cores) if (served(core.core)) resolved.set(core.core, await core.resolve(server.declared, context));
   return Object.freeze({ server, cores: resolved, demo, env: merged });
 }
 
