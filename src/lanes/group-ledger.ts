@@ -305,6 +305,13 @@ export class LedgerDraft {
     return live;
   }
 
+  /** The live leases one project holds. */
+  liveLeasesOf(project: string): number {
+    let live = 0;
+    for (const d of this.deliveries) if (d.holder === project && d.status === "leased" && d.dueAt > this.now) live += 1;
+    return live;
+  }
+
   /** The stored bytes of the completion history now. */
   historyBytes(): number {
     return historyBytes(this.history.buckets);

@@ -152,7 +152,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     const publisher = new Publisher(store, namespace, registry, options.pausePoints ?? noPausePoints);
     const replayer = new Replayer(readStore, namespace, registry);
     const watchers = new LaneWatchers(store, config.namespace);
-    const groups = new WorkGroups(store, namespace, registry, watchers);
+    const groups = new WorkGroups(store, namespace, registry, watchers, undefined, log);
     groups.warnUnrecoverable(log);
     const followers = new Map<string, number>();
     const heartbeatMs = options.heartbeatMs ?? FOLLOW_HEARTBEAT_MS;

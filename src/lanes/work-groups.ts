@@ -1,6 +1,6 @@
 import type { GroupObservation } from "../observe/core-events.js";
 import { randomBytes } from "node:crypto";
-import type { Logger } from "../log/logger.js";
+import { silentLogger, type Logger } from "../log/logger.js";
 import { decodeEnvelope, recordOf, type Envelope } from "./envelope.js";
 import { LaneError } from "./errors.js";
 import { COMPLETION_RESERVE_BYTES } from "./completion-history.js";
@@ -22,7 +22,27 @@ import { decodeAdmissions, decodeLedger, encodeAdmissions, encodeLedger } from "
 import type { LaneStore } from "./lane-store.js";
 import { admissionHeadroom, slotLimit, worstCaseLedgerBytes } from "./ledger-capacity.js";
 import type { LaneWatchers } from "./lane-watcher.js";
-import { groupKey, groupSignalSubject, groupSignalSubjects } from "./names.js";
+import { groupKey, groupSignalSubject, groupSignalSubjects, metaBucket } from "./names.js";
+import {
+  ANSWER_RECORD_BYTES,
+  decodeJson,
+  decodeWriterLease,
+  encodeJson,
+  encodeWriterLease,
+  errorOf,
+  forwardSubject,
+  forwardSubjects,
+  recordOfWire,
+  wireError,
+  wireRecord,
+  WRITER_LEASE_MS,
+  writerLeaseKey,
+  type ForwardAnswer,
+  type ForwardedBatch,
+  type ForwardedOperation,
+  type WireDelivery,
+  type WireResult,
+} from "./group-forwarding.js";
 import type { Namespace } from "./namespace.js";
 import { GroupReceipts } from "./receipts.js";
 import type { LaneRegistry } from "./registry.js";
@@ -36,18 +56,24 @@ import type { LaneBounds, LaneRecord } from "./types.js";
  * - One actor per group in this process combines every operation that
  *   arrives while a compare-and-set is in flight into the next one: many
  *   workers acking at once cost one CAS, not one each.
- * - Between processes the CAS decides, and the processes share a group
- *   fairly: a process whose CAS lost starts following the group's key (a
- *   KV watch, so its cached state is fresh without a read after each
- *   conflict), tells the others on the group's signal subject, and retries
- *   on the state it was shown (usually there already: the watch delivers
- *   the winning write as the broker refuses the losing one). Writes are
- *   optimistic: nobody waits for a turn, and each write combines
- *   everything its process has queued. Only a process that lost three
- *   writes in a row says it is starving; then the others let each of
- *   their next writes wait, for a few milliseconds at most, until they
- *   have seen a write of another process. Without contention nothing waits
- *   and nothing is watched.
+ * - Between processes the CAS decides, and one process writes for all:
+ *   processes that meet on a group (a lost CAS, a signal) elect a writer
+ *   through the group's writer lease (a key of the meta bucket, taken and
+ *   renewed by CAS; group-forwarding.ts), and the others forward their
+ *   operations to it over core NATS, so every caller's operations are
+ *   combined into one stream of writes. A writer that does not answer is
+ *   written around (directly, optimistically) until its lease ends.
+ * - Writing directly (alone, or without a writer): a process whose CAS
+ *   lost starts following the group's key (a KV watch, so its cached
+ *   state is fresh without a read after each conflict), tells the others
+ *   on the group's signal subject, and retries on the state it was shown.
+ *   Only a process that lost three writes in a row says it is starving;
+ *   then the others let each of their next writes wait, for a few
+ *   milliseconds at most, until they have seen a write of another
+ *   process. Without contention nothing waits, nothing is watched and no
+ *   lease is read.
+ * - A claim that finds the group at max_pending is held (HOLD_MS at most)
+ *   for the settlements on their way with it, then refused.
  * - Capacity: the bucket's `ledger_bytes` is shared by every group of the
  *   namespace. A group's value can grow only to the worst-case size of its
  *   slots (every unfinished delivery at its widest, its completion-history
@@ -248,6 +274,19 @@ const CONTENTION_WINDOW_MS = 250;
 const WATCH_IDLE_MS = 3_000;
 /** How long a process whose CAS lost waits for its watch to show the newer state, before reading it. */
 const CONFLICT_WAIT_MS = 50;
+/**
+ * A claim that finds the group at max_pending while its project holds
+ * live leases is held this long at most for settlements on their way (a
+ * participant sends its acks and its next claim together; the claim can
+ * arrive first): it is applied again with every operation that settles
+ * something, and refused only when this time ends with the group still
+ * full.
+ */
+const HOLD_MS = 500;
+/** How long a forwarding process waits for the writer's answer before it writes the group itself (at most operation_timeout). */
+const FORWARD_TIMEOUT_MS = 3_000;
+/** The least time between two looks at a group's writer lease by one process. */
+const COORDINATE_MIN_MS = 100;
 
 /**
  * What this process has read of a lane contiguously: every sequence from
@@ -271,12 +310,23 @@ interface CachedRecord {
   readonly storedAt: number;
 }
 
-type Operation =
-  | { kind: "claim"; project: string; max: number; settle: Settle<WorkDelivery[]> }
+type Operation = (
+  | {
+      kind: "claim";
+      project: string;
+      max: number;
+      settle: Settle<WorkDelivery[]>;
+      /** Until when the claim may be held for settlements on their way (see HOLD_MS), once it was. */
+      holdUntil?: number;
+    }
   | { kind: "renew"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ leaseExpiresAt: number }>[]> }
   | { kind: "ack"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]> }
   | { kind: "nack"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]> }
-  | { kind: "recover"; request: HeldRecovery; settle: Settle<RecoveryResult> };
+  | { kind: "recover"; request: HeldRecovery; settle: Settle<RecoveryResult> }
+) & {
+  /** Forwarded by another process that takes this one for the group's writer: applied here, never forwarded on. */
+  forwarded?: boolean;
+};
 
 interface Settle<T> {
   resolve(value: T): void;
@@ -295,7 +345,7 @@ export class WorkGroups {
   readonly #admissions: Admissions;
   /** This process, on the groups' signal subjects (its own signals are ignored). */
   readonly #process = randomBytes(8).toString("hex");
-  /** The one subscription to every group's signal subject of the namespace, per connection. */
+  /** The one subscription to every group's signal subject and to this process's forward subjects, per connection. */
   #signals: { unsubscribe: () => void; generation: number } | undefined;
   #closed = false;
 
@@ -305,6 +355,7 @@ export class WorkGroups {
     private readonly registry: LaneRegistry,
     private readonly watchers: LaneWatchers,
     private readonly now: () => number = Date.now,
+    private readonly log: Logger = silentLogger,
   ) {
     this.#admissions = new Admissions(store, namespace);
   }
@@ -348,7 +399,29 @@ export class WorkGroups {
         this.#actors.get(groupKey(lane, group))?.onSignal(Number(streak) || 0);
       },
     });
-    this.#signals = { unsubscribe: () => subscription.unsubscribe(), generation: this.store.generation };
+    // Operations other processes forward to this one, as the writer of a group they share.
+    const forwards = nc.subscribe(forwardSubjects(this.namespace.config.namespace, this.#process), {
+      callback: (_error, message) => {
+        const [lane, , group] = message.subject.slice(prefix.length).split(".");
+        if (lane === undefined || group === undefined || this.namespace.streams.get(lane) === undefined) return;
+        const members = this.namespace.config.lanes.find((l) => l.id === lane)?.groups.get(group);
+        if (members === undefined) return;
+        void this.#actor(lane, group).onForward(message.data, (answer) => {
+          try {
+            message.respond(answer);
+          } catch {
+            // The connection went away: the forwarder's request times out and it writes the group itself.
+          }
+        });
+      },
+    });
+    this.#signals = {
+      unsubscribe: () => {
+        subscription.unsubscribe();
+        forwards.unsubscribe();
+      },
+      generation: this.store.generation,
+    };
   }
 
   #actor(lane: string, group: string): GroupActor {
@@ -365,6 +438,7 @@ export class WorkGroups {
         group,
         now: this.now,
         process: this.#process,
+        log: this.log,
         gapAdvice:
           recoverers.length > 0
             ? `inspect the group and have a recoverer (${recoverers.join(", ")}) accept it with RecoverGroup`
@@ -537,8 +611,9 @@ interface ActorOptions {
   readonly lane: string;
   readonly group: string;
   readonly now: () => number;
-  /** This process's id on the group's signal subject. */
+  /** This process's id on the group's signal subject and in its writer lease. */
   readonly process: string;
+  readonly log: Logger;
   /** How this group's gaps can be accepted (said in lane_cursor errors). */
   readonly gapAdvice: string;
 }
@@ -591,6 +666,29 @@ class GroupActor {
     foreignRevision: 0,
   };
 
+  /** The group's writer lease as this process knows it (see group-forwarding.ts and the module's comment). */
+  readonly #writer = {
+    /** direct: this process writes the group itself; writer: it holds the lease; forwarder: it forwards to `target`. */
+    role: "direct" as "direct" | "writer" | "forwarder",
+    target: undefined as string | undefined,
+    /** The end of the lease of `target` (forwarder) or of this process's own (writer), by the writer's clock. */
+    until: 0,
+    /** The revision of the lease key this process last wrote (writer). */
+    revision: 0,
+    renewTimer: undefined as NodeJS.Timeout | undefined,
+    looking: false,
+    lastLook: 0,
+    /** The last operation this process's callers or forwarders brought (epoch ms). */
+    lastActive: 0,
+    /** Writers that did not answer, with the end of the lease they held then: not forwarded to again under that lease. */
+    failed: new Map<string, number>(),
+    /** When the next lease ends or retry falls due, as the writer said in its last answer. */
+    remoteNext: undefined as number | undefined,
+  };
+  /** Claims held for settlements on their way (see HOLD_MS). */
+  #held: Operation[] = [];
+  #heldTimer: NodeJS.Timeout | undefined;
+
   constructor(options: ActorOptions) {
     this.#options = options;
     this.#store = options.store;
@@ -603,7 +701,14 @@ class GroupActor {
   }
 
   enqueue(operation: Operation): void {
+    this.#writer.lastActive = this.#now();
     this.#queue.push(operation);
+    // Settlements free leases: the claims held for them go with them.
+    if (this.#held.length > 0 && operation.kind !== "claim" && operation.kind !== "recover") this.#releaseHeld();
+    this.#kick();
+  }
+
+  #kick(): void {
     if (this.#running) return;
     // The first operation waits one turn of the event loop, so that the
     // calls arriving together (a burst of acks) share its compare-and-set.
@@ -611,10 +716,37 @@ class GroupActor {
     setImmediate(() => void this.#drain());
   }
 
+  /** Holds claims refused for max_pending until settlements arrive or HOLD_MS passed, once each. */
+  #hold(claims: Operation[]): void {
+    const now = this.#now();
+    for (const claim of claims) if (claim.kind === "claim") claim.holdUntil ??= now + HOLD_MS;
+    this.#held.push(...claims);
+    // Applied again when the earliest hold ends (then refused, unless something was freed meanwhile).
+    clearTimeout(this.#heldTimer);
+    const earliest = Math.min(...this.#held.map((op) => (op.kind === "claim" ? (op.holdUntil ?? now) : now)));
+    this.#heldTimer = setTimeout(() => {
+      this.#heldTimer = undefined;
+      this.#releaseHeld();
+      this.#kick();
+    }, Math.max(1, earliest - now + 1));
+  }
+
+  #releaseHeld(): void {
+    clearTimeout(this.#heldTimer);
+    this.#heldTimer = undefined;
+    this.#queue.push(...this.#held.splice(0));
+  }
+
   close(): void {
     this.#closed = true;
     this.#contention.watch?.stop();
     this.#contention.watch = undefined;
+    clearTimeout(this.#writer.renewTimer);
+    this.#writer.renewTimer = undefined;
+    if (this.#held.length > 0) {
+      this.#releaseHeld();
+      this.#kick();
+    }
   }
 
   /** Another process says a write of its own on this group lost (`streak` times in a row before). */
@@ -622,6 +754,9 @@ class GroupActor {
     const c = this.#contention;
     const now = this.#now();
     c.lastSeen = now;
+    // Another process writes this group too: one of them should write for both.
+    void this.#coordinate();
+    if (this.#writer.role === "forwarder") return;
     // One loss is what optimistic writes cost: follow the group, do not wait.
     if (streak < STARVING_STREAK) {
       void this.#ensureWatch();
@@ -650,9 +785,11 @@ class GroupActor {
     return { lane: this.#lane, group: this.#group, leases, retriesWaiting: unfinished - leases, cursor: cached.ledger.cursor, unfinished, oldestUnfinishedStoredAt: oldest };
   }
 
-  /** When the next lease ends or retry falls due, from the last state seen. */
+  /** When the next lease ends or retry falls due, from the last state seen (or the writer's last answer, while forwarding). */
   nextEligibleAt(): number | undefined {
     const now = this.#now();
+    const remote = this.#writer.remoteNext;
+    if (this.#writer.role === "forwarder" && remote !== undefined && remote > now) return remote;
     let next: number | undefined;
     for (const d of this.#cache?.ledger.deliveries ?? []) if (d.dueAt > now && (next === undefined || d.dueAt < next)) next = d.dueAt;
     return next;
@@ -662,9 +799,13 @@ class GroupActor {
     try {
       while (this.#queue.length > 0) {
         const batch = this.#queue.splice(0);
-        await this.#apply(batch).catch((error: unknown) => {
+        const target = this.#forwardTarget(batch);
+        const failed = (error: unknown) => {
           for (const op of batch) op.settle.reject(error);
-        });
+        };
+        // Forwards do not wait for each other: the writer orders them (its compare-and-set decides).
+        if (target !== undefined) void this.#forward(batch, target).catch(failed);
+        else await this.#apply(batch).catch(failed);
       }
     } finally {
       this.#running = false;
@@ -748,20 +889,26 @@ class GroupActor {
           : undefined;
       const outcomes: (() => void)[] = [];
       const leasedBy = new Map<Operation, number>();
+      const held: Operation[] = [];
       let shortfall = 0;
       let blockedBy: "slots" | "history" | undefined;
       for (const op of batch) {
         const rollback = op.kind === "claim" || op.kind === "recover" ? draft.mark() : undefined;
         try {
-          outcomes.push(
-            this.#one(op, draft, candidates, range, state.revision, (leased, blocked) => {
-              leasedBy.set(op, leased);
-              if (blocked !== undefined && op.kind === "claim") {
-                shortfall += Math.max(1, op.max - leased);
-                blockedBy ??= blocked;
-              }
-            }),
-          );
+          const outcome = this.#one(op, draft, candidates, range, state.revision, (leased, blocked) => {
+            leasedBy.set(op, leased);
+            if (blocked !== undefined && op.kind === "claim") {
+              shortfall += Math.max(1, op.max - leased);
+              blockedBy ??= blocked;
+            }
+          });
+          if (outcome === HOLD) {
+            rollback?.();
+            held.push(op);
+            outcomes.push(() => undefined);
+          } else {
+            outcomes.push(outcome);
+          }
         } catch (error) {
           rollback?.();
           outcomes.push(() => op.settle.reject(error));
@@ -807,6 +954,7 @@ class GroupActor {
         if (op.kind === "claim" && capacityError !== undefined && leasedBy.get(op) === 0) op.settle.reject(capacityError);
         else answer();
       }
+      if (held.length > 0) this.#hold(held);
       return;
     }
   }
@@ -849,6 +997,7 @@ class GroupActor {
   async #conflicted(revision: number, attempt: number, signal?: AbortSignal): Promise<void> {
     const c = this.#contention;
     c.lastSeen = this.#now();
+    void this.#coordinate();
     await this.#signal(attempt);
     await this.#ensureWatch(signal);
     if (!(await this.#waitNewer(revision, CONFLICT_WAIT_MS, signal))) {
@@ -928,6 +1077,7 @@ class GroupActor {
   /** Follows the group's key while contended: every write of any process refreshes the cache. */
   async #ensureWatch(signal?: AbortSignal): Promise<void> {
     const c = this.#contention;
+    if (this.#writer.role === "forwarder") return; // it does not write the group: nothing to follow
     if (this.#closed || c.watchStarting || (c.watch !== undefined && c.watch.generation === this.#store.generation) || this.#now() < c.watchRetryAt) return;
     c.watch?.stop();
     c.watch = undefined;
@@ -963,6 +1113,276 @@ class GroupActor {
     }
   }
 
+  // ------------------------------------------------------------- one writer per group (group-forwarding.ts)
+
+  /** The process to forward this batch to, or undefined to apply it here. */
+  #forwardTarget(batch: readonly Operation[]): string | undefined {
+    const w = this.#writer;
+    if (w.role !== "forwarder" || w.target === undefined) return undefined;
+    // Forwarded operations are applied where they arrive (never forwarded on); a recovery quotes a revision and is applied here.
+    for (const op of batch) if (op.forwarded === true || op.kind === "recover") return undefined;
+    return w.target;
+  }
+
+  #leaseKey(): string {
+    return writerLeaseKey(this.#lane, this.#group);
+  }
+
+  #become(role: "direct" | "writer" | "forwarder", target?: string, until = 0): void {
+    const w = this.#writer;
+    const previous = w.role;
+    const previousTarget = w.target;
+    w.role = role;
+    w.target = role === "forwarder" ? target : undefined;
+    w.until = until;
+    if (role !== "writer") {
+      clearTimeout(w.renewTimer);
+      w.renewTimer = undefined;
+    }
+    if (role === "forwarder") {
+      // It no longer writes the group: nothing to follow, nobody to let go first.
+      this.#contention.watch?.stop();
+      this.#contention.watch = undefined;
+      this.#contention.yieldUntil = 0;
+    }
+    if (role === "writer" && w.renewTimer === undefined) this.#scheduleRenewal();
+    if (role !== previous || target !== previousTarget) {
+      const fields = { lane: this.#lane, group: this.#group, process: this.#options.process };
+      if (role === "writer") this.#options.log.info("this process writes the work group for the Laneway processes sharing it (writer lease)", fields);
+      else if (role === "forwarder") this.#options.log.info("this process forwards the work group's operations to its writer", { ...fields, writer: target });
+    }
+  }
+
+  /**
+   * Another process writes this group too: finds its writer. A live lease
+   * of another process makes this one forward to it; a lease that is absent
+   * or over is taken by a compare-and-set of the lease key (the loser reads
+   * the winner's). A writer that did not answer is not forwarded to again
+   * under the same lease: this process writes directly until it ends.
+   */
+  async #coordinate(): Promise<void> {
+    const w = this.#writer;
+    const me = this.#options.process;
+    if (this.#closed || w.looking || this.#now() - w.lastLook < COORDINATE_MIN_MS) return;
+    w.looking = true;
+    w.lastLook = this.#now();
+    const bucket = metaBucket(this.#namespace.config.namespace);
+    try {
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const entry = await this.#store.kvGet(bucket, this.#leaseKey());
+        const lease = entry === undefined ? undefined : decodeWriterLease(entry.value);
+        const now = this.#now();
+        if (lease !== undefined && lease.until > now) {
+          if (lease.process === me) {
+            w.revision = entry!.revision;
+            this.#become("writer", undefined, lease.until);
+          } else if ((w.failed.get(lease.process) ?? -1) >= lease.until) {
+            this.#become("direct");
+          } else {
+            this.#become("forwarder", lease.process, lease.until);
+          }
+          return;
+        }
+        const until = now + WRITER_LEASE_MS;
+        const value = encodeWriterLease({ process: me, until });
+        const written = entry === undefined ? await this.#store.kvCreate(bucket, this.#leaseKey(), value) : await this.#store.kvUpdate(bucket, this.#leaseKey(), value, entry.revision);
+        if (typeof written === "number") {
+          w.revision = written;
+          this.#become("writer", undefined, until);
+          return;
+        }
+      }
+    } catch {
+      // The broker did not answer: stay as it is; the next sign of contention looks again.
+    } finally {
+      w.looking = false;
+    }
+  }
+
+  /** While this process writes for others, it renews its lease every third of it; an idle group's lease lapses. */
+  #scheduleRenewal(): void {
+    const w = this.#writer;
+    w.renewTimer = setTimeout(() => {
+      w.renewTimer = undefined;
+      void this.#renew();
+    }, WRITER_LEASE_MS / 3);
+    w.renewTimer.unref?.();
+  }
+
+  async #renew(): Promise<void> {
+    const w = this.#writer;
+    if (this.#closed || w.role !== "writer") return;
+    const now = this.#now();
+    if (now - w.lastActive > WRITER_LEASE_MS) {
+      // Nobody used the group for a whole lease: let it lapse; the next contention elects a writer again.
+      this.#become("direct");
+      return;
+    }
+    const until = now + WRITER_LEASE_MS;
+    try {
+      const written = await this.#store.kvUpdate(metaBucket(this.#namespace.config.namespace), this.#leaseKey(), encodeWriterLease({ process: this.#options.process, until }), w.revision);
+      if (w.role !== "writer") return;
+      if (written === "conflict") {
+        // Taken over (this process was too slow to renew): find the writer.
+        this.#become("direct");
+        w.lastLook = 0;
+        void this.#coordinate();
+        return;
+      }
+      w.revision = written;
+      w.until = until;
+    } catch {
+      // Not renewed this time: the lease may lapse, and another process take it (then writes conflict and this one looks again).
+    }
+    if (w.role === "writer" && w.renewTimer === undefined) this.#scheduleRenewal();
+  }
+
+  /**
+   * Sends the batch to the group's writer and answers each operation as it
+   * answered. A writer that does not answer within FORWARD_TIMEOUT_MS (or
+   * has no subscription any more: it ended) is not asked again under its
+   * lease: this batch and the next are written here, optimistically.
+   * Operations the writer applied but whose answer was lost are at least
+   * once, as for a caller whose response was lost: a lease runs out and is
+   * delivered again; an ack or nack applied again answers duplicate.
+   */
+  async #forward(batch: Operation[], target: string): Promise<void> {
+    const w = this.#writer;
+    let answer: ForwardAnswer;
+    try {
+      const nc = await this.#store.connection();
+      const request: ForwardedBatch = { ops: batch.map(wireOperation) };
+      const timeout = Math.min(FORWARD_TIMEOUT_MS, this.#namespace.config.bounds.operationTimeoutMs);
+      const reply = await nc.request(forwardSubject(this.#namespace.config.namespace, this.#lane, this.#group, target), encodeJson(request), { timeout });
+      answer = decodeJson<ForwardAnswer>(reply.data);
+      if (!Array.isArray(answer.results) || answer.results.length !== batch.length) throw new Error("an answer of another shape");
+    } catch {
+      if (w.role === "forwarder" && w.target === target) {
+        this.#options.log.info("the work group's writer did not answer: this process writes the group itself until the writer lease ends", {
+          lane: this.#lane,
+          group: this.#group,
+          process: this.#options.process,
+          writer: target,
+        });
+        w.failed.set(target, w.until);
+        if (w.failed.size > 16) w.failed.delete(w.failed.keys().next().value!);
+        this.#become("direct");
+      }
+      // Applied here (or forwarded to a writer found meanwhile), in turn with this process's other operations.
+      this.#queue.unshift(...batch);
+      this.#kick();
+      return;
+    }
+    if (w.role === "forwarder" && w.target === target) {
+      if (answer.writer === target) w.until = Math.max(w.until, answer.until ?? 0);
+      else if (answer.writer !== undefined && answer.writer !== this.#options.process) this.#become("forwarder", answer.writer, answer.until ?? 0);
+      else {
+        // The target no longer writes the group: write it here, and look for its writer when writes conflict.
+        this.#become("direct");
+      }
+    }
+    w.remoteNext = answer.next;
+    for (const [i, op] of batch.entries()) {
+      try {
+        await this.#settleForwarded(op, answer.results[i]!);
+      } catch (error) {
+        op.settle.reject(error);
+      }
+    }
+  }
+
+  async #settleForwarded(op: Operation, result: WireResult): Promise<void> {
+    if ("err" in result) return op.settle.reject(errorOf(result.err));
+    if (op.kind === "claim") {
+      if (!("claim" in result)) throw new Error("the writer answered a claim with another operation's result");
+      const deliveries: WorkDelivery[] = [];
+      for (const d of result.claim) {
+        const record = d.r !== undefined ? recordOfWire(d.r, d.s) : await this.#readRecord(d.s);
+        deliveries.push({ record, receipt: d.receipt, attempt: d.a, leaseExpiresAt: d.e });
+      }
+      op.settle.resolve(deliveries);
+      return;
+    }
+    if (op.kind === "recover" || !("items" in result) || result.items.length !== op.items.length) throw new Error("the writer answered a receipt operation with another operation's result");
+    const outcomes = result.items.map((item) => ("ok" in item ? { ok: item.ok } : { error: errorOf(item.err) }));
+    (op.settle as Settle<ReceiptOutcome<unknown>[]>).resolve(outcomes);
+  }
+
+  /** A leased record the writer's answer had no room for. */
+  async #readRecord(sequence: number): Promise<LaneRecord> {
+    const cached = this.#records.get(sequence);
+    if (cached !== undefined) return recordOf(cached.envelope, sequence);
+    const stored = await this.#store.bySequence(this.#namespace.streams.get(this.#lane)!, sequence);
+    const envelope = stored === undefined ? undefined : decodeEnvelope(stored.data);
+    if (envelope === undefined) throw new LaneError("lane_unavailable", `the record of delivery ${sequence} could not be read; its lease runs out and it is delivered again`);
+    return recordOf(envelope, sequence);
+  }
+
+  /**
+   * Operations another process forwarded to this one as the group's writer:
+   * applied here with this process's own (never forwarded on), answered
+   * with each outcome, when the next lease ends, and whom this process
+   * takes for the writer now.
+   */
+  async onForward(data: Uint8Array, respond: (answer: Uint8Array) => void): Promise<void> {
+    let batch: ForwardedBatch;
+    try {
+      batch = decodeJson<ForwardedBatch>(data);
+      if (!Array.isArray(batch.ops)) return;
+    } catch {
+      return; // not a batch of this version: no answer, and the forwarder writes the group itself
+    }
+    const w = this.#writer;
+    w.lastActive = this.#now();
+    // Forwarded to while not writing (a lease that lapsed): take the lease again.
+    if (w.role !== "writer") void this.#coordinate();
+    const results = await Promise.all(batch.ops.map((op) => this.#applyForwarded(op)));
+    let room = ANSWER_RECORD_BYTES;
+    const fitted = results.map((result) =>
+      "claim" in result
+        ? {
+            claim: result.claim.map((d) => {
+              const size = (d.r?.payload.length ?? 0) + 512;
+              if (room < size) return { s: d.s, receipt: d.receipt, a: d.a, e: d.e };
+              room -= size;
+              return d;
+            }),
+          }
+        : result,
+    );
+    const answer: ForwardAnswer = {
+      results: fitted,
+      ...(this.nextEligibleAt() === undefined ? {} : { next: this.nextEligibleAt() }),
+      ...(w.role === "writer" ? { writer: this.#options.process, until: w.until } : w.role === "forwarder" ? { writer: w.target, until: w.until } : {}),
+    };
+    respond(encodeJson(answer));
+  }
+
+  #applyForwarded(op: ForwardedOperation): Promise<WireResult> {
+    return new Promise<WireResult>((resolve) => {
+      const fail = (error: unknown) => resolve({ err: wireError(error) });
+      if (op.k === "claim") {
+        const max = Math.min(64, Math.max(1, Math.floor(Number(op.max) || 1)));
+        this.enqueue({
+          kind: "claim",
+          project: op.p,
+          max,
+          forwarded: true,
+          settle: { resolve: (deliveries) => resolve({ claim: deliveries.map(wireDelivery) }), reject: fail, signal: undefined },
+        });
+        return;
+      }
+      const items = op.items.filter(([sequence]) => Number.isSafeInteger(sequence)).map(([sequence, receipt]) => ({ sequence, receipt: String(receipt) }));
+      if (items.length !== op.items.length) return fail(new Error("a forwarded receipt of another shape"));
+      const settle: Settle<ReceiptOutcome<unknown>[]> = {
+        resolve: (outcomes) => resolve({ items: outcomes.map((o) => ("ok" in o ? { ok: o.ok } : { err: wireError(o.error) })) }),
+        reject: fail,
+        signal: undefined,
+      };
+      this.enqueue({ kind: op.k, project: op.p, items, forwarded: true, settle } as Operation);
+    });
+  }
+
   // ------------------------------------------------------------- reads of the lane
 
   async #range(signal?: AbortSignal): Promise<LaneRange> {
@@ -978,12 +1398,14 @@ class GroupActor {
     range: LaneRange | undefined,
     revision: number,
     claimed: (leased: number, blocked: "slots" | "history" | undefined) => void,
-  ): () => void {
+  ): (() => void) | typeof HOLD {
     switch (op.kind) {
       case "claim": {
         const { leased, blocked } = draft.claim(op.project, op.max, candidates!);
         // A claim that leased nothing because the group holds max_pending live leases is capacity (429), not "no work".
         if (leased.length === 0 && draft.liveLeases() >= this.#namespace.config.bounds.maxPending) {
+          // Acks on their way (sent with this claim, arriving after it) may free leases: hold it once for them.
+          if ((op.holdUntil === undefined || this.#now() < op.holdUntil) && draft.liveLeasesOf(op.project) > 0) return HOLD;
           const maxPending = this.#namespace.config.bounds.maxPending;
           const next = draft.nextEligibleAt();
           throw new LaneError(
@@ -1279,6 +1701,26 @@ class GroupActor {
     };
   }
 }
+
+function wireOperation(op: Operation): ForwardedOperation {
+  switch (op.kind) {
+    case "claim":
+      return { k: "claim", p: op.project, max: op.max };
+    case "renew":
+    case "ack":
+    case "nack":
+      return { k: op.kind, p: op.project, items: op.items.map((item) => [item.sequence, item.receipt] as const) };
+    case "recover":
+      throw new Error("a recovery is never forwarded");
+  }
+}
+
+function wireDelivery(delivery: WorkDelivery): WireDelivery {
+  return { s: delivery.record.sequence, receipt: delivery.receipt, a: delivery.attempt, e: delivery.leaseExpiresAt, r: wireRecord(delivery.record) };
+}
+
+/** What #one answers for a claim held for settlements on their way. */
+const HOLD = Symbol("hold");
 
 /** How many deliveries the batch's receipt operations and recoveries name. */
 function settlements(batch: readonly Operation[]): number {

@@ -148,14 +148,8 @@ export class Participant {
         work = response.work;
       } catch (error) {
         if (signal.aborted) break;
-        // A claim that went out beside this participant's own acks can reach
-        // the group before them and find it at max_pending with deliveries
-        // those acks complete: once they are settled, claim again. Only a
-        // refusal with nothing of ours on the way is the caller's news.
-        if (ConnectError.from(error).code === Code.ResourceExhausted && this.#settling.size > 0) {
-          await Promise.all([...this.#settling]);
-          continue;
-        }
+        // A claim that reaches the group before the acks sent with it is held
+        // there for them (a moment at most), so a refusal for capacity is news.
         this.#options.onError?.(error);
         // A capacity limit or an unavailable broker: back off briefly and claim again.
         await sleep(ConnectError.from(error).code === Code.ResourceExhausted ? 200 : 1_000, signal);

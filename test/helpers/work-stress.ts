@@ -135,6 +135,11 @@ export class Fleet {
     slot.process = replacement;
   }
 
+  /** The process serving slot `index`, or undefined while it restarts. */
+  serving(index: number): ChildLaneway | undefined {
+    return this.#slots[index]!.process;
+  }
+
   /** Any serving process (for inspection at the end). */
   any(): ChildLaneway {
     const found = this.#slots.find((s) => s.process !== undefined)?.process;
@@ -160,8 +165,8 @@ export interface StressOptions {
   readonly leaseMs: number;
   readonly seed: number;
   readonly audit: AuditLog;
-  /** Milliseconds between SIGKILLs of a random Laneway process (drawn from this range). */
-  readonly killEveryMs: readonly [number, number];
+  /** Milliseconds between SIGKILLs of a random Laneway process (drawn from this range); none when absent. */
+  readonly killEveryMs?: readonly [number, number];
   /** Called once after this fraction of the records was acked (for example to kill a broker node). */
   readonly midway?: { readonly fraction: number; readonly action: () => Promise<void> };
   /** Gives up after this long without any new ack. */
@@ -294,8 +299,10 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
   };
 
   const killer = async () => {
+    const every = options.killEveryMs;
+    if (every === undefined) return;
     while (!done()) {
-      await sleep(random.int(options.killEveryMs[0], options.killEveryMs[1]));
+      await sleep(random.int(every[0], every[1]));
       if (done()) return;
       await fleet.killAndRestart(random.int(0, fleet.size - 1));
     }

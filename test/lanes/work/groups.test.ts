@@ -459,6 +459,22 @@ describe("max_pending (4 live leases per group)", () => {
     expect(rest.work.length).toBeGreaterThan(0);
     await cappedBeacon.ackBatch({ lane: "capped", group: "cappers", receipts: rest.work.map(receiptOf) });
   });
+
+  test("a claim sent together with the acks that free leases for it is not refused: the group holds it for them, whichever reaches it first", async () => {
+    const records = await publishWork(cappedAtlas, "capped", ids("capped-together", 6));
+    const batch = await cappedBeacon.claimBatch({ lane: "capped", group: "cappers", maxRecords: 4 });
+    expect(batch.work.map((w) => w.record!.sequence)).toEqual(records.slice(0, 4).map((r) => r.sequence));
+    // As the participant does: the next claim goes out while the acks of finished work are on their way.
+    const [claimed, acked] = await Promise.all([
+      cappedBeacon.claimBatch({ lane: "capped", group: "cappers", maxRecords: 2 }),
+      cappedPeerBeacon.ackBatch({ lane: "capped", group: "cappers", receipts: batch.work.slice(0, 2).map(receiptOf) }),
+    ]);
+    expect(acked.results.map((r) => r.outcome.case)).toEqual(["acked", "acked"]);
+    expect(claimed.work.map((w) => w.record!.sequence)).toEqual(records.slice(4, 6).map((r) => r.sequence));
+    // Nothing on its way: the refusal stands.
+    await expectLaneError(() => cappedBeacon.claim({ lane: "capped", group: "cappers" }), Code.ResourceExhausted, "lane_capacity");
+    await cappedBeacon.ackBatch({ lane: "capped", group: "cappers", receipts: [...batch.work.slice(2), ...claimed.work].map(receiptOf) });
+  });
 });
 
 describe("fairness, persisted in the ledger (claims alternate between two Laneway servers)", () => {

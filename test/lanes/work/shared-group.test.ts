@@ -10,9 +10,10 @@ import { inspectGroup, publishWork, waitOf } from "../../helpers/work.js";
  * Two `laneway serve` processes share one group fairly under sustained
  * load: 16 claimers through each (Claim then Ack, one call each), 20 s of
  * work kept ahead of them by a publisher. The group's compare-and-set
- * decides every lease; a process whose writes lose says so and the other
- * lets its writes wait for the loser's turn (docs/lanes-groups.md,
- * "Concurrency"), so both processes' claimers lease work. Before that, the
+ * decides every lease; once the processes meet on the group, one of them
+ * takes its writer lease and the other forwards its operations to it
+ * (docs/lanes-groups.md, "Concurrency"), so both processes' claimers lease
+ * work through one stream of combined writes. Before that, the
  * same 16 claimers through one process alone for 8 s give the single
  * process's rate. Asserted: both processes made progress, every delivery
  * was acknowledged exactly once; the split and the ratio of the two rates

@@ -1,0 +1,148 @@
+import { afterAll, expect, test } from "vitest";
+import { Kvm } from "@nats-io/kv";
+import { connect } from "@nats-io/transport-node";
+import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { decodeWriterLease, writerLeaseKey } from "../../../src/lanes/group-forwarding.js";
+import { metaBucket } from "../../../src/lanes/names.js";
+import { generateTokens, type ChildLaneway } from "../../helpers/laneway.js";
+import { buildLanesConfig } from "../../helpers/lanes-config.js";
+import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
+import { waitFor } from "../../helpers/wait-for.js";
+import { inspectGroup, publishWork } from "../../helpers/work.js";
+import { checkAudit, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
+
+/**
+ * One writer per shared group (docs/lanes-groups.md, "Concurrency"): three
+ * `laneway serve` processes work one group through 32 claimers (ClaimBatch,
+ * AckBatch and NackBatch through the generated client), so one of them
+ * takes the group's writer lease and the others forward their operations
+ * to it. Once part of the work is acknowledged, the writer's process is
+ * SIGKILLed (and a new process started in its place; the claimers that
+ * used the dead one go on through the next). The forwarders' requests find
+ * no writer, they write the group themselves, and once the dead writer's
+ * lease has ended one of the living processes takes it.
+ *
+ * The audit (test/helpers/work-stress.ts) checks afterwards that every
+ * record was acked, that no two live leases ever existed for one record,
+ * and that no ack succeeded with a stale receipt.
+ */
+
+const ITEMS = 3_000;
+const LEASE_MS = 3_000;
+const bounds = { retryDelayMs: 20, maxRetryDelayMs: 200 };
+const tokens = generateTokens();
+const namespace = "failover";
+const config = buildLanesConfig({
+  namespace,
+  projects: ["atlas", "beacon"],
+  lanes: [{ id: "jobs", owner: "atlas", publishers: ["atlas"], groups: { workers: ["atlas", "beacon"] } }],
+  lease: "3s",
+  retry_delay: `${bounds.retryDelayMs}ms`,
+  max_retry_delay: `${bounds.maxRetryDelayMs}ms`,
+  ack_retention: "2s",
+  max_pending: 512,
+  max_ledger: 512,
+});
+
+let nats: NatsServerHandle | undefined;
+let fleet: Fleet | undefined;
+afterAll(async () => {
+  await fleet?.remove();
+  await nats?.remove();
+}, 120_000);
+
+/** The process that holds the group's writer lease now, as the lease key says (undefined: none, or ended). */
+async function leaseHolder(url: string): Promise<string | undefined> {
+  const nc = await connect({ servers: url, reconnect: false });
+  try {
+    const kv = await new Kvm(nc).open(metaBucket(namespace), { bindOnly: true });
+    const entry = await kv.get(writerLeaseKey("jobs", "workers"));
+    if (entry === null || entry.operation !== "PUT") return undefined;
+    const lease = decodeWriterLease(entry.value);
+    return lease !== undefined && lease.until > Date.now() ? lease.process : undefined;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** Whether a Laneway process logged that it took the group's writer lease under this process id. */
+const tookLease = (laneway: ChildLaneway, process: string) =>
+  laneway.stderr.some((line) => line.includes("writes the work group") && line.includes(process));
+
+test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random nacks; the writer's process SIGKILLed midway: another takes the writer lease, every item acked, never two live leases, no stale ack succeeded`, async () => {
+  nats = await startNatsServer();
+  const url = nats.url;
+  fleet = new Fleet({ natsUrl: url, lanesConfig: config, tokens });
+  await fleet.start(3);
+  const records = await publishWork(fleet.client(0, tokens.atlas)!, "jobs", Array.from({ length: ITEMS }, (_, i) => `item-${i}`), { parallel: 4 });
+  const sequences = new Set(records.map((r) => r.sequence));
+  const audit = newAuditLog();
+  let killed: string | undefined;
+  let successor: string | undefined;
+  const { acked, stalled, lostAnswers } = await runStress({
+    fleet,
+    lane: "jobs",
+    group: "workers",
+    tokens: [tokens.atlas, tokens.beacon],
+    sequences,
+    claimers: 32,
+    batch: 16,
+    nackChance: 0.1,
+    leaseMs: LEASE_MS,
+    seed: 0xf417,
+    audit,
+    midway: {
+      fraction: 0.3,
+      action: async () => {
+        const f = fleet!;
+        // The processes contend for the group: one of them holds the writer lease.
+        const writer = await waitFor(async () => {
+          const holder = await leaseHolder(url);
+          if (holder === undefined) return undefined;
+          const index = [0, 1, 2].find((i) => {
+            const p = f.serving(i);
+            return p !== undefined && tookLease(p, holder);
+          });
+          return index === undefined ? undefined : { holder, index };
+        }, { timeoutMs: 60_000, intervalMs: 100, what: "a process to hold the group's writer lease" });
+        killed = writer.holder;
+        console.log(`[writer failover] SIGKILL of the writer ${writer.holder} (slot ${writer.index}) at ${new Date().toISOString()}`);
+        await f.killAndRestart(writer.index);
+        // The claimers go on meanwhile; a living process takes the lease once the dead writer's has ended.
+        successor = await waitFor(async () => {
+          const holder = await leaseHolder(url);
+          return holder !== undefined && holder !== killed ? holder : undefined;
+        }, { timeoutMs: 60_000, intervalMs: 100, what: "another process to take the writer lease" });
+        console.log(`[writer failover] writer lease taken over by ${successor} at ${new Date().toISOString()}`);
+      },
+    },
+    stallMs: 90_000,
+  });
+  const { violations, redelivered, maxAttempt } = checkAudit(audit, sequences, bounds, lostAnswers);
+  const failures = [...audit.failures].map(([k, v]) => `${k} ×${v}`).join(", ");
+  console.log(
+    `[writer failover] ${ITEMS} items: ${audit.leases.length} leases, ${redelivered} records leased more than once (highest attempt ${maxAttempt}), ` +
+      `${audit.acks.length} successful acks, ${audit.staleAcks} stale acks refused; failed calls: ${failures || "none"}`,
+  );
+  expect(stalled, `no ack for 90 s; ${acked.size} of ${ITEMS} acked`).toBe(false);
+  expect(killed).toBeDefined();
+  expect(successor).toBeDefined();
+  expect(fleet.kills).toBe(1);
+  expect(violations.slice(0, 20)).toEqual([]);
+  expect([...audit.failures.keys()].filter((k) => k.includes("internal error"))).toEqual([]);
+  expect(acked.size + lostAnswers.size).toBe(ITEMS);
+  const client = fleet.any().clients.client(LaneService, { token: tokens.beacon });
+  const group = await waitFor(
+    async () => {
+      try {
+        return await inspectGroup(client, "jobs", "workers");
+      } catch {
+        return undefined;
+      }
+    },
+    { timeoutMs: 60_000, what: "the final inspection" },
+  );
+  expect(group.liveLeases).toBe(0);
+  expect(group.deliveries).toEqual([]);
+  expect(group.cursor).toBe(records[records.length - 1]!.sequence);
+}, 600_000);
