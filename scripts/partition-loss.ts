@@ -94,7 +94,7 @@ async function measure(variant: "with" | "without"): Promise<Figures> {
       for (;;) {
         const t0 = performance.now();
         try {
-          const out = await core.publish("atlas", "measurements", { id, kind: "event", schema: "reading-v1", payload: payloadOf(id), provenance: "" });
+          const out = await core.publish({ project: "atlas", lane: "measurements", publication: { id, kind: "event", schema: "reading-v1", payload: payloadOf(id), provenance: "" } });
           slowest = Math.max(slowest, performance.now() - t0);
           acked.set(id, out.record.sequence);
           ackTimes.push(Date.now());
@@ -155,7 +155,7 @@ async function measure(variant: "with" | "without"): Promise<Figures> {
   let cursor = 0;
   for (let attempts = 0; attempts < 600; ) {
     try {
-      const page = await core.replay("atlas", "measurements", cursor, 0);
+      const page = await core.replay({ project: "atlas", lane: "measurements", cursor, maxEvents: 0 });
       events.push(...page.events);
       if (page.cursor >= page.lastSequence || (page.examined === 0 && page.events.length === 0)) break;
       cursor = page.cursor;

@@ -6,6 +6,30 @@ import { toRecord, type CommandRow, type EventRow } from "./command-rows.js";
 import { BacklogFullError, KmapBusyError, KmapError } from "./errors.js";
 import { validateSubmission, type Submission } from "./submission.js";
 
+/**
+ * The queue's operations take one params object each (`submit` takes the
+ * Submission itself) and, when they can wait, the call's signal after it.
+ */
+export interface GetCommandParams {
+  readonly idempotencyId: string;
+}
+
+export interface PageParams {
+  /** Start after this submission sequence (0: from the first). */
+  readonly afterSequence: number;
+  /** The most records to return. */
+  readonly limit: number;
+  /** Only records in this state. */
+  readonly state?: CommandState | undefined;
+}
+
+export interface WatchParams {
+  /** Every change after this change-log position (0: from the oldest held). */
+  readonly afterPosition: number;
+  /** Only the changes of this command. */
+  readonly idempotencyId?: string | undefined;
+}
+
 /** What `submit` returns. */
 export interface SubmitResult {
   readonly record: CommandRecord;
@@ -189,12 +213,12 @@ export class CommandQueue {
   }
 
   /** One record. Throws KmapBusyError while a lock is held elsewhere. */
-  get(idempotencyId: string): CommandRecord | undefined {
+  get({ idempotencyId }: GetCommandParams): CommandRecord | undefined {
     return this.#reader.get(idempotencyId);
   }
 
   /** Up to `limit` records after `afterSequence`, optionally only in `state`. Throws KmapBusyError while a lock is held elsewhere. */
-  page(afterSequence: number, limit: number, state?: CommandState): CommandRecord[] {
+  page({ afterSequence, limit, state }: PageParams): CommandRecord[] {
     return this.#reader.page(afterSequence, limit, state);
   }
 
@@ -208,9 +232,9 @@ export class CommandQueue {
    * by at most a page each. Throws PositionPrunedError when the changes
    * after `afterPosition` are no longer all held.
    */
-  async *watch(options: { afterPosition: number; idempotencyId?: string | undefined; signal: AbortSignal }): AsyncGenerator<CommandEvent> {
-    const { idempotencyId, signal } = options;
-    let position = options.afterPosition;
+  async *watch(params: WatchParams, signal: AbortSignal): AsyncGenerator<CommandEvent> {
+    const { idempotencyId } = params;
+    let position = params.afterPosition;
     // A start before the oldest change still held is checked against the
     // log itself, even while memory still holds what was pruned, so that the
     // answer does not depend on what this process happens to remember.

@@ -63,14 +63,46 @@ export interface FollowPage {
   readonly cursor: number;
 }
 
+/** The lane a call addresses, as the authenticated project. */
+export interface LaneTarget {
+  /** The authenticated project. */
+  readonly project: string;
+  readonly lane: string;
+}
+
+export interface PublishParams extends LaneTarget {
+  readonly publication: Publication;
+}
+
+export interface PublishBatchParams extends LaneTarget {
+  /** Up to 128 publications, each answered on its own. */
+  readonly publications: readonly Publication[];
+}
+
+export interface ReplayParams extends LaneTarget {
+  /** The last sequence the caller processed (0: from the start). */
+  readonly cursor: Cursor;
+  /** The most events of the page (0: the default, at most MAX_EVENTS). */
+  readonly maxEvents: number;
+}
+
+export interface FollowParams extends LaneTarget {
+  /** The last sequence the caller processed (0: from the start). */
+  readonly cursor: Cursor;
+}
+
+/**
+ * Every operation takes one params object and the call's signal (aborted
+ * with a TimeoutError at the caller's deadline, an AbortError otherwise).
+ */
 export interface LanesCore {
   readonly registry: LaneRegistry;
   readonly namespace: Namespace;
-  publish(project: string, lane: string, publication: Publication, signal?: AbortSignal): Promise<PublishOutcome>;
-  publishBatch(project: string, lane: string, publications: readonly Publication[], signal?: AbortSignal): Promise<BatchOutcome[]>;
-  replay(project: string, lane: string, cursor: Cursor, maxEvents: number, signal?: AbortSignal): Promise<ReplayPage>;
+  publish(params: PublishParams, signal?: AbortSignal): Promise<PublishOutcome>;
+  publishBatch(params: PublishBatchParams, signal?: AbortSignal): Promise<BatchOutcome[]>;
+  replay(params: ReplayParams, signal?: AbortSignal): Promise<ReplayPage>;
   /** Pages from the cursor, then new events as they are published, heartbeats while idle, until `signal` aborts. */
-  follow(project: string, lane: string, cursor: Cursor, signal: AbortSignal): AsyncGenerator<FollowPage>;
+  follow(params: FollowParams, signal: AbortSignal): AsyncGenerator<FollowPage>;
   /** Leases up to `max` deliveries of a group, waiting up to `waitMs` when none is eligible. */
   claim(params: ClaimParams, signal?: AbortSignal): Promise<WorkDelivery[]>;
   renew(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>;
@@ -131,12 +163,12 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     return {
       registry,
       namespace,
-      publish: (project, lane, publication, signal) => bounded("publishing", signal, (s) => publisher.publish(project, lane, publication, s)),
+      publish: ({ project, lane, publication }, signal) => bounded("publishing", signal, (s) => publisher.publish(project, lane, publication, s)),
       // A batch is up to 128 publications sharing the connection's throughput: operation_timeout for every 32 of them.
-      publishBatch: (project, lane, publications, signal) =>
+      publishBatch: ({ project, lane, publications }, signal) =>
         bounded("publishing a batch", signal, (s) => publisher.publishBatch(project, lane, publications, s), (Math.max(1, Math.ceil(publications.length / BATCH_SHARE)) - 1) * config.bounds.operationTimeoutMs),
-      replay: (project, lane, cursor, maxEvents, signal) => bounded("reading a page", signal, (s) => replayer.replay(project, lane, cursor, maxEvents, s)),
-      async *follow(project, lane, cursor, signal) {
+      replay: ({ project, lane, cursor, maxEvents }, signal) => bounded("reading a page", signal, (s) => replayer.replay(project, lane, cursor, maxEvents, s)),
+      async *follow({ project, lane, cursor }, signal) {
         registry.require(project, lane, "subscribe");
         const held = followers.get(project) ?? 0;
         if (held >= MAX_FOLLOWERS_PER_PROJECT) {

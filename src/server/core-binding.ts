@@ -1,5 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { Code, ServiceImpl } from "@connectrpc/connect";
+import type { Registry } from "prom-client";
 import type { ErrorDomain } from "../errors/core-error.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 import type { Logger } from "../log/logger.js";
@@ -99,6 +100,40 @@ export interface CoreContext {
   readonly pausePoints: PausePoints;
 }
 
+/** A successful call's messages: its request (unless a client stream) and, for a unary call, its response. */
+export interface CallOutcome {
+  readonly request: unknown;
+  readonly response: unknown;
+}
+
+/**
+ * What feeds a core's domain metrics from the calls to its services (the
+ * call observer, src/server/services/observe, runs them for the services
+ * the binding declares and for no other). Label values must stay bounded:
+ * identifiers from the core's configuration, taken from calls that
+ * succeeded, and reason codes; never a token, payload or free text.
+ */
+export interface CoreCallMetrics {
+  /** A call to one of the core's services succeeded. */
+  succeeded?(service: string, method: string, outcome: CallOutcome): void;
+  /** A call to one of the core's services failed with `reason` (`unknown` when it carried none). */
+  refused?(service: string, method: string, reason: string): void;
+  /** Removes what the metrics installed (hooks the core calls); the registry stays readable. */
+  close?(): void;
+}
+
+/** A field of a call's message, as a core's metrics read it (undefined when absent). */
+export function messageField<T>(message: unknown, name: string): T | undefined {
+  return (message as Record<string, unknown> | undefined)?.[name] as T | undefined;
+}
+
+/** What a core's metrics may use besides the registry. */
+export interface CoreMetricsContext {
+  /** How often figures read from the broker may be read again (`LANEWAY_METRICS_REFRESH_MS`). */
+  readonly refreshMs: number;
+  readonly now: () => number;
+}
+
 /** A service's handlers, type-checked against its descriptor by `implement`. */
 export interface ServiceImplementation {
   readonly service: DescService;
@@ -163,6 +198,12 @@ export interface CoreBinding {
    * docs/operations.md list them). Its result is `CoreContext.settings`.
    */
   readonly settings?: CoreSettings;
+  /**
+   * Registers the core's own metrics in the server's registry (once per
+   * server, whether or not the core is enabled, so that /metrics lists the
+   * same families) and returns what feeds them from its calls.
+   */
+  metrics?(registry: Registry, context: CoreMetricsContext): CoreCallMetrics;
   /** One line for `laneway serve`'s startup banner: what the core serves with its settings. */
   summary?(settings: unknown): string;
   /**

@@ -131,7 +131,8 @@ export class LanewayServer {
   static async start(options: LanewayServerOptions): Promise<LanewayServer> {
     const { startup, logger: log } = options;
     const { server } = startup;
-    const bindings = selectCores(options.cores ?? coreBindings, server.cores);
+    const known = options.cores ?? coreBindings;
+    const bindings = selectCores(known, server.cores);
     await mkdir(server.dataDir, { recursive: true, mode: 0o700 });
 
     const started: { close(): Promise<unknown> }[] = [];
@@ -162,7 +163,7 @@ export class LanewayServer {
       const health = new HealthStatus();
       const reporter = new HealthRollup(health);
       const refreshBroker = () => reporter.set(NATS_HEALTH_NAME, broker.state === "connected" ? "serving" : "not_serving");
-      const observe = openObservation({ broker, log });
+      const observe = openObservation({ broker, log, cores: known });
       started.push({ close: async () => observe.close() });
       logBrokerState(broker, log);
       broker.onStateChange(refreshBroker);

@@ -1,19 +1,20 @@
 /**
  * First-start demo files for `npm start` (`laneway serve --demo`).
  *
- * The demo makes lanes work out of the box without weakening anything the
- * real configuration path checks: it writes an ordinary lanes.json (the
- * specification's example lane, using the embedded nats-server) and an
- * ordinary tokens.env holding freshly generated tokens, and then the normal
- * loaders validate both. Nothing is relaxed for demo mode.
+ * The demo makes the cores work out of the box without weakening anything
+ * the real configuration path checks: it writes each core's ordinary demo
+ * file (the core's settings declare it: for lanes, `lanes.json`, the
+ * specification's example lane on the embedded nats-server) and an ordinary
+ * tokens.env holding freshly generated tokens, and then the normal loaders
+ * validate them. Nothing is relaxed for demo mode.
  *
  * Files, under the data directory:
- * - `lanes.json` — namespace `demo`, projects atlas and beacon, lane
- *   `measurements`. Holds no secrets; created once, then left alone (edit
- *   it freely; the loader validates it on every start).
- * - `tokens.env` — `ATLAS_LANE_TOKEN`, `BEACON_LANE_TOKEN` and
- *   `LANEWAY_ADMIN_TOKEN`, each 32 random bytes as 64 hex characters, mode
- *   0600, sourceable with `set -a; . .laneway/tokens.env`.
+ * - each core's demo file. Holds no secrets; created once, then left alone
+ *   (edit it freely; the core's loader validates it on every start).
+ * - `tokens.env` — the tokens the cores' demo files name (for lanes,
+ *   `ATLAS_LANE_TOKEN` and `BEACON_LANE_TOKEN`) and `LANEWAY_ADMIN_TOKEN`,
+ *   each 32 random bytes as 64 hex characters, mode 0600, sourceable with
+ *   `set -a; . .laneway/tokens.env`.
  *
  * Reuse policy for an existing tokens.env (the brief left this open):
  * - a symlink or non-regular file is refused (it could point anywhere);
@@ -44,27 +45,35 @@ import { formatEnvFile, readEnvFile } from "../config/env-file.js";
 import { ConfigError, EnvFileError } from "../config/errors.js";
 import { ADMIN_TOKEN_ENV } from "../config/tokens.js";
 import { createPrivateFile, writePrivateFile } from "../files/index.js";
-import { EXAMPLE_LANES_CONFIG } from "../lanes/index.js";
 
 /** The demo files under the data directory cannot be created or safely reused. */
 export class DemoSetupError extends ConfigError {
   override readonly name = "DemoSetupError";
 }
 
-export const DEMO_LANES_FILE = "lanes.json";
 export const DEMO_TOKENS_FILE = "tokens.env";
 
-/** The specification's example lanes configuration in namespace `demo`, on the embedded nats-server. */
-export const DEMO_LANES_CONFIG = Object.freeze({ ...EXAMPLE_LANES_CONFIG, namespace: "demo" });
+/** What demo mode writes for one core (its settings declare it). */
+export interface DemoFile {
+  /** The core's name. */
+  readonly core: string;
+  /** The file's name under the data directory. */
+  readonly file: string;
+  readonly contents: string;
+  /** The token variables the file names, generated into tokens.env. */
+  readonly tokens?: readonly string[];
+}
 
-/** The variables tokens.env must define, in the order they are written. */
-export const DEMO_TOKEN_VARIABLES = Object.freeze(["ATLAS_LANE_TOKEN", "BEACON_LANE_TOKEN", ADMIN_TOKEN_ENV] as const);
+/** The variables tokens.env defines, in the order they are written: the cores' demo tokens, then the operator token. */
+export function demoTokenVariables(files: readonly DemoFile[]): readonly string[] {
+  return Object.freeze([...new Set([...files.flatMap((f) => f.tokens ?? []), ADMIN_TOKEN_ENV])]);
+}
 
 export interface DemoSetup {
   /** Absolute data directory. */
   readonly dataDir: string;
-  /** `<dataDir>/lanes.json`; use it as the lanes config path when none was given. */
-  readonly lanesConfigPath: string;
+  /** Each core's demo file, by core name: a core uses it when its own settings name none. */
+  readonly files: ReadonlyMap<string, string>;
   /** `<dataDir>/tokens.env`. */
   readonly tokensPath: string;
   /**
@@ -74,7 +83,7 @@ export interface DemoSetup {
    */
   readonly env: Readonly<Record<string, string>>;
   /** Which files this call created (false = reused). */
-  readonly created: { readonly lanesConfig: boolean; readonly tokens: boolean };
+  readonly created: { readonly files: readonly string[]; readonly tokens: boolean };
   /** tokens.env was accessible to group/other and has been reset to 0600; its tokens may have leaked. */
   readonly repairedTokensMode: boolean;
   /**
@@ -92,25 +101,29 @@ export interface DemoSetup {
  * Token variables that `environment` already sets are left out of
  * tokens.env, and removed from an existing one whose value differs.
  */
-export async function ensureDemoSetup(dataDir: string, environment: Readonly<Record<string, string | undefined>> = {}): Promise<DemoSetup> {
-  const fromEnvironment: readonly string[] = DEMO_TOKEN_VARIABLES.filter((name) => (environment[name] ?? "") !== "");
+export async function ensureDemoSetup(dataDir: string, environment: Readonly<Record<string, string | undefined>> = {}, demoFiles: readonly DemoFile[] = []): Promise<DemoSetup> {
+  const tokenVariables = demoTokenVariables(demoFiles);
+  const fromEnvironment: readonly string[] = tokenVariables.filter((name) => (environment[name] ?? "") !== "");
   const dir = resolve(dataDir);
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 });
   } catch (error) {
     throw new DemoSetupError(`demo: cannot create the data directory (${code(error)})`);
   }
-  const lanesConfigPath = join(dir, DEMO_LANES_FILE);
   const tokensPath = join(dir, DEMO_TOKENS_FILE);
 
-  const lanesCreated =
-    !(await exists(lanesConfigPath)) &&
-    (await createExclusive(lanesConfigPath, `${JSON.stringify(DEMO_LANES_CONFIG, null, 2)}\n`, 0o644));
+  const files = new Map<string, string>();
+  const filesCreated: string[] = [];
+  for (const demo of demoFiles) {
+    const path = join(dir, demo.file);
+    files.set(demo.core, path);
+    if (!(await exists(path)) && (await createExclusive(path, demo.contents, 0o644))) filesCreated.push(demo.core);
+  }
 
   let tokensCreated = false;
   if (!(await exists(tokensPath))) {
     const tokens: Record<string, string> = {};
-    for (const name of DEMO_TOKEN_VARIABLES) if (!fromEnvironment.includes(name)) tokens[name] = randomBytes(32).toString("hex");
+    for (const name of tokenVariables) if (!fromEnvironment.includes(name)) tokens[name] = randomBytes(32).toString("hex");
     tokensCreated = await createExclusive(tokensPath, formatEnvFile(tokens), 0o600);
   }
 
@@ -123,7 +136,7 @@ export async function ensureDemoSetup(dataDir: string, environment: Readonly<Rec
     throw error;
   }
   const stale = fromEnvironment.filter((name) => Object.hasOwn(env, name) && env[name] !== environment[name]);
-  const completed = DEMO_TOKEN_VARIABLES.filter((name) => !fromEnvironment.includes(name) && (env[name] ?? "") === "");
+  const completed = tokenVariables.filter((name) => !fromEnvironment.includes(name) && (env[name] ?? "") === "");
   if (stale.length > 0 || completed.length > 0) {
     const kept: Record<string, string> = Object.fromEntries(Object.entries(env).filter(([name]) => !stale.includes(name)));
     for (const name of completed) kept[name] = randomBytes(32).toString("hex");
@@ -132,10 +145,10 @@ export async function ensureDemoSetup(dataDir: string, environment: Readonly<Rec
   }
   return Object.freeze({
     dataDir: dir,
-    lanesConfigPath,
+    files,
     tokensPath,
     env,
-    created: Object.freeze({ lanesConfig: lanesCreated, tokens: tokensCreated }),
+    created: Object.freeze({ files: Object.freeze(filesCreated), tokens: tokensCreated }),
     repairedTokensMode,
     fromEnvironment: Object.freeze([...fromEnvironment]),
     completed: Object.freeze([...completed]),

@@ -15,7 +15,7 @@
 import type { Env } from "../config/env-name.js";
 import { loadServerConfig, type ServerConfig, type ServerConfigOptions } from "../config/server-config.js";
 import type { SettingDeclaration, SettingValues } from "../config/settings.js";
-import { ensureDemoSetup, type DemoSetup } from "./demo-setup.js";
+import { ensureDemoSetup, type DemoFile, type DemoSetup } from "./demo-setup.js";
 
 /** What a core sees while it resolves its settings. */
 export interface SettingsContext {
@@ -39,6 +39,8 @@ export interface CoreSettings<C = unknown> {
   /** The heading of its section in `serve --help`. */
   readonly title: string;
   readonly declarations: readonly SettingDeclaration[];
+  /** What demo mode (`--demo`) writes for the core under the data directory: once, then left alone. */
+  readonly demo?: Omit<DemoFile, "core">;
   resolve(values: SettingValues, context: SettingsContext): C | Promise<C>;
 }
 
@@ -64,7 +66,7 @@ export async function loadStartupConfig(argv: readonly string[], env: Env, optio
   let merged: Env = env;
   let demo: DemoSetup | undefined;
   if (server.demo) {
-    demo = await ensureDemoSetup(server.dataDir, env);
+    demo = await ensureDemoSetup(server.dataDir, env, cores.flatMap((c) => (c.demo ? [{ core: c.core, ...c.demo }] : [])));
     merged = Object.freeze({ ...demo.env, ...definedOnly(env) });
     server = loadServerConfig(argv, merged, serverOptions);
   }

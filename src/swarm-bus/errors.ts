@@ -2,7 +2,7 @@
  * The swarm domain's error class, and the scoped bus's failures.
  *
  * {@link SwarmError} is the one class of every swarm failure, the member's
- * and the hub's alike (the hub's own texts are in src/swarm/errors.ts).
+ * and the hub's alike (the hub's own texts are beside the rules that raise them).
  *
  * Every refusal the specification quotes is reproduced exactly in
  * {@link BUS_TEXTS}: operators and members search for them. Each one is

@@ -13,7 +13,7 @@
 import type { KeyPair } from "@nats-io/nkeys";
 import { encodeAccount, encodeOperator, type OperatorLimits } from "@nats-io/jwt";
 import type { BrokerConnection } from "../nats/index.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 
 /** Unlimited connections, subscriptions and payloads. */
 const UNLIMITED: OperatorLimits = {

@@ -32,7 +32,7 @@ import { parseNatsServers } from "../config/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { HiveAccountPublisher } from "./account-claims.js";
 import { DEFAULT_CREDENTIAL_LIFETIME_MS, mintMemberCredential } from "./credential-minter.js";
-import { noDowngradeError, SWARM_OWN_TEXTS, SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import type { HiveTrust } from "./hive-trust.js";
 import {
   hiveAccountStateOf,
@@ -53,6 +53,26 @@ import { decideGrant, renderMemberGrant, type GrantDecision, type NatsGrant } fr
 import { signingKeyPair, type MemberSwarms, type SignerRecord } from "./signer-record.js";
 import { neverWrittenError } from "./signer-store.js";
 import { applyTrustRequest, checkTrustRequest, type TrustOutcome, type TrustRequest } from "./service-users.js";
+
+/**
+ * Laneway's own texts for refusals the specification does not quote.
+ */
+export const SWARM_OWN_TEXTS = Object.freeze({
+  /** Swarms given to an invite before the member_swarms field exists (the CLI's --swarm). */
+  swarmsBeforeScope:
+    "swarms were given, but the signer record has no member_swarms field yet, so the invite would be unscoped and the swarms ignored: run laneway hive scope first",
+  /** Swarms given to an invite with a file: record, which Laneway never lists members in. */
+  swarmsForFileRecord:
+    "swarms were given, but the signer record is a file: record, which Laneway never writes: list the member with its swarms in the record's member_swarms file, then invite it without swarms",
+  /** A member whose last credential was scoped is never minted an unscoped one. */
+  noDowngrade: (memberId: string) =>
+    `hive member ${memberId} holds a scoped credential, and the signer record has no member_swarms field now: the hub does not replace it with an unscoped one; restore the member_swarms field (listing ${memberId}), or retire the member and invite it again`,
+});
+
+/** A scoped member would be handed an unscoped credential: 403, decided before any side effect. */
+export function noDowngradeError(memberId: string): SwarmError {
+  return new SwarmError("swarm_forbidden", SWARM_OWN_TEXTS.noDowngrade(memberId));
+}
 
 /** The longest invite secret the hub looks up; longer bearer tokens are unknown at once. */
 export const MAX_INVITE_SECRET_BYTES = 4096;
@@ -132,6 +152,32 @@ export interface MembersListing {
   readonly scopingEnabled: boolean;
   readonly members: readonly MemberListing[];
   readonly retired: readonly RetiredListing[];
+}
+
+/**
+ * The hub's operations take one params object each (trustServiceUsers its
+ * TrustRequest, the migrator's its own and the call's signal).
+ */
+export interface SwarmsParams {
+  /** Swarm names; for `scope`, empty selects every swarm the operator named and every swarm in the store. */
+  readonly swarms: readonly string[];
+}
+
+export interface MemberParams {
+  readonly memberId: string;
+}
+
+export interface InviteParams extends MemberParams {
+  /** The bus URL the member connects to (default: the hub's). */
+  readonly busUrl?: string;
+  /** The member's swarms (default: every swarm the operator named). */
+  readonly swarms?: readonly string[];
+  /** Refuse `swarms` where they would be ignored (before member_swarms exists, or with a `file:` record). */
+  readonly requireMemberSwarms?: boolean;
+}
+
+export interface MintParams extends MemberParams {
+  readonly kind: "join" | "refresh";
 }
 
 export interface ScopeOutcome {
@@ -228,17 +274,17 @@ export class HiveHub {
     const migrator = this.#migrator;
     if (migrator === undefined) throw new SwarmError("swarm_unavailable", "the hub's bus is not open");
     return {
-      migrateState: async (swarm, bucket, keys, options) => {
-        await this.#nameForMigration(swarm);
-        return migrator.migrateState(swarm, bucket, keys, options);
+      migrateState: async (params, signal) => {
+        await this.#nameForMigration(params.swarm);
+        return migrator.migrateState(params, signal);
       },
-      migrateQueue: async (swarm, name, policy, options) => {
-        await this.#nameForMigration(swarm);
-        return migrator.migrateQueue(swarm, name, policy, options);
+      migrateQueue: async (params, signal) => {
+        await this.#nameForMigration(params.swarm);
+        return migrator.migrateQueue(params, signal);
       },
-      migrateDead: async (swarm, options) => {
-        await this.#nameForMigration(swarm);
-        return migrator.migrateDead(swarm, options);
+      migrateDead: async (params, signal) => {
+        await this.#nameForMigration(params.swarm);
+        return migrator.migrateDead(params, signal);
       },
     };
   }
@@ -272,7 +318,7 @@ export class HiveHub {
   }
 
   /** Names swarms (a hub command): creates their streams first, then records them. Returns the listing. */
-  nameSwarms(swarms: readonly string[]): Promise<SwarmsListing> {
+  nameSwarms({ swarms }: SwarmsParams): Promise<SwarmsListing> {
     return this.#serialized(async () => {
       for (const swarm of swarms) checkSwarm(swarm);
       const distinct = [...new Set(swarms)].sort();
@@ -315,7 +361,7 @@ export class HiveHub {
    * the store, never a swarm only an event named). The swarms' streams are
    * created before the record changes.
    */
-  scope(requested: readonly string[]): Promise<ScopeOutcome> {
+  scope({ swarms: requested }: SwarmsParams): Promise<ScopeOutcome> {
     return this.#serialized(async () => {
       for (const swarm of requested) checkSwarm(swarm);
       if (!this.#o.store.signerWritable) throw neverWrittenError();
@@ -347,7 +393,8 @@ export class HiveHub {
    * record (which Laneway never writes), are refused (`swarm_conflict`)
    * instead of ignored.
    */
-  invite(memberId: string, options: { busUrl?: string; swarms?: readonly string[]; requireMemberSwarms?: boolean } = {}): Promise<InviteOutcome> {
+  invite(options: InviteParams): Promise<InviteOutcome> {
+    const { memberId } = options;
     return this.#serialized(async () => {
       if (!isMemberId(memberId)) throw new SwarmError("swarm_invalid", "a member id is a lowercase letter, then lowercase letters, digits, '_' or '-', at most 64 characters");
       for (const swarm of options.swarms ?? []) checkSwarm(swarm);
@@ -436,14 +483,14 @@ export class HiveHub {
   }
 
   /** The grant a member's next credential would carry. */
-  async renderGrant(memberId: string): Promise<GrantView> {
+  async renderGrant({ memberId }: MemberParams): Promise<GrantView> {
     const member = this.#member(memberId);
     const record = await this.#o.store.readRecord();
     return { memberId, ...renderMemberGrant(memberId, decideMemberGrant(record, member)) };
   }
 
   /** Mints a member's credential (join and refresh). */
-  mint(memberId: string, kind: "join" | "refresh"): Promise<MemberCredentialOutcome> {
+  mint({ memberId, kind }: MintParams): Promise<MemberCredentialOutcome> {
     return this.#serialized(async () => {
       const member = this.#member(memberId);
       const record = await this.#o.store.readRecord();
@@ -498,7 +545,7 @@ export class HiveHub {
    * deleted until it confirmed), then its Redis user and its record go, and
    * it is listed as retired.
    */
-  retire(memberId: string): Promise<RetireOutcome> {
+  retire({ memberId }: MemberParams): Promise<RetireOutcome> {
     return this.#serialized(async () => {
       const member = this.#member(memberId);
       const now = this.#clock();

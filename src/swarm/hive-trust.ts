@@ -35,7 +35,7 @@ import {
   type HiveAccountState,
   type TrustKeys,
 } from "./account-claims.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { hiveAccountStateOf, initialHubState, type HubState } from "./hub-state.js";
 import { HubStateFile } from "./hub-store.js";
 import { errnoCode, writePrivateFile } from "../files/index.js";

@@ -2,7 +2,7 @@
  * The hub's bus: provisioning, event fan-in and migration, on the hub's own
  * NATS connection (its service user in the hive account).
  *
- * Mode, from the server's environment (busModeFromEnv):
+ * Mode, from the hub's settings (hubSettingsFromEnv, open-hive-hub.ts):
  *
  * | `AGENTIHOOKS_BUS_SCOPED` | `AGENTIHOOKS_BUS_BIND` | the hub |
  * | --- | --- | --- |
@@ -36,12 +36,10 @@
  * in the background and retry every `refreshIntervalMs` while the broker
  * is unreachable.
  */
-import type { Env } from "../config/index.js";
-import { envValue } from "../config/index.js";
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { BrokerConnection } from "../nats/index.js";
-import { busModeFromEnv, HIVE_ENV, isSwarmName, openBus, type Bus, type QueuePolicy } from "../swarm-bus/index.js";
+import { isSwarmName, openBus, type Bus, type QueuePolicy } from "../swarm-bus/index.js";
 import {
   LegacyStateOwnershipError,
   MIGRATION_PAUSE_POINTS,
@@ -52,7 +50,7 @@ import {
   type MigrationProgress,
   type MigrationResult,
 } from "../swarm-bus/internal.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 
 /** The pause points of the hub's migrations (`LANEWAY_PAUSE_AT`, tests only). */
 export const HUB_PAUSE_POINTS = MIGRATION_PAUSE_POINTS;
@@ -77,10 +75,21 @@ export const HUB_FAN_IN_DURABLE = "laneway-hub";
 /** How often the hub looks for new events streams and retries what failed. */
 export const HUB_BUS_REFRESH_MS = 30_000;
 
+/** How the hub's bus runs (hub-bus.ts's table). */
+export interface HubBusMode {
+  /** `AGENTIHOOKS_BUS_SCOPED=1`: per-swarm streams. */
+  readonly scoped: boolean;
+  /** `AGENTIHOOKS_BUS_BIND=1`: bind to what exists, create nothing. */
+  readonly bind: boolean;
+  /** `AGENTIHOOKS_BUS` is set: unscoped, the legacy streams. */
+  readonly legacy: boolean;
+}
+
 export interface HubBusOptions {
   /** The hub's own connection (hive account service user). */
   readonly broker: BrokerConnection;
-  readonly env: Env;
+  /** Its mode (the table above; hubSettingsFromEnv reads it). */
+  readonly mode: HubBusMode;
   readonly log: Logger;
   /**
    * The swarms the operator named: every swarm member_swarms lists and
@@ -96,18 +105,37 @@ export interface HubBusOptions {
   readonly maxSwarms?: number;
 }
 
-/** Options of one migration call. */
-export interface HubMigrationOptions {
+/** What every migration names: its swarm, and who hears of its progress. */
+export interface MigrationParams {
+  readonly swarm: string;
   readonly onProgress?: (progress: MigrationProgress) => void | Promise<void>;
-  /** Aborting stops the copy at the next message boundary (the pending mark stays; a repeat resumes). */
-  readonly signal?: AbortSignal;
 }
 
-/** What the hub's operator RPCs use. */
+export interface MigrateStateParams extends MigrationParams {
+  /** The legacy KV bucket. */
+  readonly bucket: string;
+  /** The keys the swarm owns in it. */
+  readonly keys: readonly string[];
+}
+
+export interface MigrateQueueParams extends MigrationParams {
+  /** The legacy queue's subject. */
+  readonly name: string;
+  /** The target queue's policy (default: the library's). */
+  readonly policy?: QueuePolicy;
+}
+
+export type MigrateDeadParams = MigrationParams;
+
+/**
+ * What the hub's operator RPCs use: one params object per migration and the
+ * call's signal, whose abort stops the copy at the next message boundary
+ * (the pending mark stays; a repeat resumes).
+ */
 export interface HubMigrator {
-  migrateState(swarm: string, bucket: string, keys: readonly string[], options?: HubMigrationOptions): Promise<MigrationResult>;
-  migrateQueue(swarm: string, name: string, policy: QueuePolicy, options?: HubMigrationOptions): Promise<MigrationResult>;
-  migrateDead(swarm: string, options?: HubMigrationOptions): Promise<MigrationResult>;
+  migrateState(params: MigrateStateParams, signal?: AbortSignal): Promise<MigrationResult>;
+  migrateQueue(params: MigrateQueueParams, signal?: AbortSignal): Promise<MigrationResult>;
+  migrateDead(params: MigrateDeadParams, signal?: AbortSignal): Promise<MigrationResult>;
 }
 
 /**
@@ -166,12 +194,11 @@ export class HubBus implements HubMigrator, HubProvisioner {
 
   /**
    * Opens the hub's bus on its connection (no round trip) and, when
-   * active, starts provisioning and fan-in in the background. Refuses
-   * invalid `AGENTIHOOKS_BUS_SCOPED`/`AGENTIHOOKS_BUS_BIND` values.
+   * active, starts provisioning and fan-in in the background.
    */
   static async open(options: HubBusOptions): Promise<HubBus> {
-    const mode = busModeFromEnv(options.env);
-    const active = mode.scoped || envValue(options.env, HIVE_ENV.bus) !== undefined;
+    const { mode } = options;
+    const active = mode.scoped || mode.legacy;
     // The URL is not used: the bus runs on the hub's connection.
     const bus = await openBus(
       { backend: "nats", url: options.broker.servers[0] ?? "nats://127.0.0.1:4222", scoped: mode.scoped, bind: mode.bind, replicas: options.replicas ?? 1 },
@@ -270,16 +297,19 @@ export class HubBus implements HubMigrator, HubProvisioner {
     return pending;
   }
 
-  migrateState(swarm: string, bucket: string, keys: readonly string[], options: HubMigrationOptions = {}): Promise<MigrationResult> {
-    return this.#migrate("state", swarm, () => this.#bus.migrateState(swarm, bucket, keys, this.#migrationOptions(options)));
+  migrateState(params: MigrateStateParams, signal?: AbortSignal): Promise<MigrationResult> {
+    const { swarm, bucket, keys } = params;
+    return this.#migrate("state", swarm, () => this.#bus.migrateState(swarm, bucket, keys, this.#migrationOptions(params, signal)));
   }
 
-  migrateQueue(swarm: string, name: string, policy: QueuePolicy, options: HubMigrationOptions = {}): Promise<MigrationResult> {
-    return this.#migrate("queue", swarm, () => this.#bus.migrateQueue(swarm, name, policy, this.#migrationOptions(options)));
+  migrateQueue(params: MigrateQueueParams, signal?: AbortSignal): Promise<MigrationResult> {
+    const { swarm, name, policy = {} } = params;
+    return this.#migrate("queue", swarm, () => this.#bus.migrateQueue(swarm, name, policy, this.#migrationOptions(params, signal)));
   }
 
-  migrateDead(swarm: string, options: HubMigrationOptions = {}): Promise<MigrationResult> {
-    return this.#migrate("dead", swarm, () => this.#bus.migrateDead(swarm, this.#migrationOptions(options)));
+  migrateDead(params: MigrateDeadParams, signal?: AbortSignal): Promise<MigrationResult> {
+    const { swarm } = params;
+    return this.#migrate("dead", swarm, () => this.#bus.migrateDead(swarm, this.#migrationOptions(params, signal)));
   }
 
   /** Stops the fan-in (events being handled finish first); the connection is the hub's and stays open. */
@@ -344,8 +374,7 @@ export class HubBus implements HubMigrator, HubProvisioner {
     this.#o.log.debug("hub event fanned in", { stream: event.source, seq: event.seq, subject: event.subject, swarm: key, deliveries: event.deliveryCount });
   }
 
-  #migrationOptions(options: HubMigrationOptions) {
-    const { signal, onProgress } = options;
+  #migrationOptions({ onProgress }: MigrationParams, signal: AbortSignal | undefined) {
     return {
       pausePoints: this.#pause,
       onProgress: async (progress: MigrationProgress) => {

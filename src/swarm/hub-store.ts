@@ -17,7 +17,7 @@
  */
 import type { Secret } from "../config/index.js";
 import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { initialHubState, type HubState } from "./hub-state.js";
 import { RedisAccounts } from "./redis-accounts.js";
 import type { MemberSwarms, SignerRecord } from "./signer-record.js";

@@ -47,9 +47,9 @@ export {
   type MembersListing,
   type RetiredListing,
 } from "./hive-hub.js";
-export { openHiveHub } from "./open-hive-hub.js";
+export { hubSettingsFromEnv, openHiveHub, type HubSettings } from "./open-hive-hub.js";
 export { deleteServiceCreds, heldServiceKey, saveServiceCreds, serviceCredsPath } from "./service-user-files.js";
-export { EVENT_ONLY_STREAM_DESCRIPTION, HUB_PAUSE_POINTS, HubBus, type HubMigrationOptions } from "./hub-bus.js";
+export { EVENT_ONLY_STREAM_DESCRIPTION, HUB_PAUSE_POINTS, HubBus, type MigrationParams } from "./hub-bus.js";
 export { type ServiceUserOutcome } from "./service-users.js";
 export { DEFAULT_SLOT_POLICY, slotPolicyFromEnv } from "./slots/slot-policy.js";
 export { SlotResponder } from "./slots/slot-responder.js";

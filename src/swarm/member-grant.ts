@@ -29,7 +29,8 @@
  * member's own scoped resources (`events`, `dead`, `queue`, `state` under
  * its prefix) keep working.
  */
-import { noMemberSwarmsError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
+import { SWARM_TEXTS } from "./signer-record.js";
 import {
   GLOBAL_STREAMS,
   LEGACY_EVENT_SUBJECTS,
@@ -40,6 +41,11 @@ import {
   swarmStreams,
   swarmSubjectPrefix,
 } from "../swarm-bus/index.js";
+
+/** The hub record's member_swarms field exists and omits the member: 403, decided before any side effect. */
+export function noMemberSwarmsError(memberId: string): SwarmError {
+  return new SwarmError("swarm_forbidden", SWARM_TEXTS.noMemberSwarms(memberId));
+}
 
 /** How the signer record shapes a member's credential. */
 export type GrantDecision = { readonly kind: "unscoped" } | { readonly kind: "scoped"; readonly swarms: readonly string[] };

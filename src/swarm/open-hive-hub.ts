@@ -1,7 +1,8 @@
 /**
- * Opening the hub from a data directory and the environment: the hive's
- * trust material (`laneway hive init`), the signer record
- * (`AGENTIHOOKS_NATS_SIGNER`), the hub state, Redis
+ * Opening the hub from a data directory and its settings (the variables
+ * the server's swarm binding declares, read by hubSettingsFromEnv before
+ * anything starts): the hive's trust material (`laneway hive init`), the
+ * signer record (`AGENTIHOOKS_NATS_SIGNER`), the hub state, Redis
  * (`LANEWAY_HIVE_REDIS_URL`), and two NATS connections of its own — the
  * hub's service user in the hive account, and a system account user that
  * pushes hive account updates (revocations, signing keys). The hub answers
@@ -16,20 +17,42 @@ import { envValue, Secret } from "../config/index.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
 import { HiveAccountPublisher } from "./account-claims.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { HiveHub, type StoreSwarms } from "./hive-hub.js";
 import { loadHiveTrust, type HiveTrust } from "./hive-trust.js";
-import { busModeFromEnv, isSwarmName, swarmOfStream } from "../swarm-bus/index.js";
-import { EVENT_ONLY_STREAM_DESCRIPTION, HubBus } from "./hub-bus.js";
+import { busModeFromEnv, HIVE_ENV, isSwarmName, swarmOfStream } from "../swarm-bus/index.js";
+import { EVENT_ONLY_STREAM_DESCRIPTION, HubBus, type HubBusMode } from "./hub-bus.js";
 import { HubStore } from "./hub-store.js";
 import { REDIS_URL_ENV } from "./redis-accounts.js";
 import { openSignerStore, SIGNER_ENV } from "./signer-store.js";
-import { slotPolicyFromEnv } from "./slots/slot-policy.js";
+import { slotPolicyFromEnv, type SlotPolicy } from "./slots/slot-policy.js";
 import { SlotResponder } from "./slots/slot-responder.js";
+
+/** The hub's settings: what its variables (the specification's names) say. */
+export interface HubSettings {
+  /** `AGENTIHOOKS_NATS_SIGNER`: where the signer record lives (undefined: the hive's own, in its folder). */
+  readonly signer: string | undefined;
+  /** `LANEWAY_HIVE_REDIS_URL`: the hive's Redis, for member passwords. */
+  readonly redisUrl: Secret | undefined;
+  /** `LANEWAY_HIVE_SLOT_ACCOUNTS`, `LANEWAY_HIVE_SLOTS_PER_HIVE`. */
+  readonly slotPolicy: SlotPolicy;
+  readonly busMode: HubBusMode;
+}
+
+/** The hub's settings from these variables; refuses bad values (`swarm_invalid`, naming the variable) before anything opens. */
+export function hubSettingsFromEnv(env: Env): HubSettings {
+  const redisUrl = envValue(env, REDIS_URL_ENV);
+  return {
+    signer: envValue(env, SIGNER_ENV),
+    redisUrl: redisUrl === undefined ? undefined : new Secret(redisUrl),
+    slotPolicy: slotPolicyFromEnv(env),
+    busMode: { ...busModeFromEnv(env), legacy: envValue(env, HIVE_ENV.bus) !== undefined },
+  };
+}
 
 export interface OpenHiveHubOptions {
   readonly dataDir: string;
-  readonly env: Env;
+  readonly settings: HubSettings;
   /** The NATS servers Laneway uses (the embedded one, or `--nats-url`). */
   readonly servers: readonly string[];
   readonly log: Logger;
@@ -69,13 +92,10 @@ export interface OpenedHive {
 export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHive | undefined> {
   const trust = await loadHiveTrust(options.dataDir);
   if (trust === undefined) return undefined;
-  const signer = openSignerStore(envValue(options.env, SIGNER_ENV), trust.dir, options.cwd);
+  const { settings } = options;
+  const signer = openSignerStore(settings.signer, trust.dir, options.cwd);
   await signer.read();
-  const slotPolicy = slotPolicyFromEnv(options.env);
-  // Bad AGENTIHOOKS_BUS_SCOPED/AGENTIHOOKS_BUS_BIND values are refused before anything opens.
-  busModeFromEnv(options.env);
-  const redisUrl = envValue(options.env, REDIS_URL_ENV);
-  const store = await HubStore.open({ statePath: trust.statePath, signer, redisUrl: redisUrl === undefined ? undefined : new Secret(redisUrl) });
+  const store = await HubStore.open({ statePath: trust.statePath, signer, redisUrl: settings.redisUrl });
 
   const opened: { close(): Promise<unknown> }[] = [];
   try {
@@ -119,14 +139,14 @@ export async function openHiveHub(options: OpenHiveHubOptions): Promise<OpenedHi
     });
     const slots = SlotResponder.start({
       broker: hubBroker,
-      policy: slotPolicy,
+      policy: settings.slotPolicy,
       isMember: (hive) => hub.state.members[hive] !== undefined,
       log: options.log,
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),
     });
     const bus = await HubBus.open({
       broker: hubBroker,
-      env: options.env,
+      mode: settings.busMode,
       log: options.log,
       memberSwarms: () => hub.namedSwarms(),
       ...(options.replicas === undefined ? {} : { replicas: options.replicas }),

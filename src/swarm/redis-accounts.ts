@@ -17,7 +17,7 @@
 import { randomBytes } from "node:crypto";
 import { Redis } from "ioredis";
 import type { Secret } from "../config/index.js";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 
 /** The variable holding the hub's Redis URL (a secret: it carries the admin password). */
 export const REDIS_URL_ENV = "LANEWAY_HIVE_REDIS_URL";

@@ -10,7 +10,7 @@
  */
 import { rm } from "node:fs/promises";
 import { join } from "node:path";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
 import { isUserPublicKey } from "./service-users.js";
 

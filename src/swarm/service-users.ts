@@ -38,7 +38,7 @@
 import { createHash } from "node:crypto";
 import { encodeUser, fmtCreds } from "@nats-io/jwt";
 import { fromPublic, type KeyPair } from "@nats-io/nkeys";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { covers, HIVE_USER, SPOKE_EXECUTION_SUBJECT } from "./member-grant.js";
 import { isMemberId } from "../swarm-bus/index.js";
 import type { HubState, RetiredServiceUserRecord, Revocation, ServiceUserRecord } from "./hub-state.js";

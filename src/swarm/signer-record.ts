@@ -23,9 +23,16 @@
  */
 import type { KeyPair } from "@nats-io/nkeys";
 import { Secret } from "../config/index.js";
-import { SwarmError, SWARM_TEXTS } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { NativeKeyPair } from "../nats/index.js";
 import { isMemberId, swarmNameProblem } from "../swarm-bus/index.js";
+
+/** The specification's texts for the hub, reproduced exactly. */
+export const SWARM_TEXTS = Object.freeze({
+  memberSwarmsShape: "member_swarms must map member ids to lists of swarm names",
+  invalidSwarmName: (reason: string) => `member_swarms contains an invalid swarm name (${reason})`,
+  noMemberSwarms: (memberId: string) => `the hub record lists no member swarms for hive member ${memberId}`,
+});
 
 /** Member id → the swarms it belongs to. */
 export type MemberSwarms = ReadonlyMap<string, readonly string[]>;

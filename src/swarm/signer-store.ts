@@ -18,7 +18,7 @@
  * implement {@link SignerRecordStore}.
  */
 import { isAbsolute, join, resolve } from "node:path";
-import { SwarmError } from "./errors.js";
+import { SwarmError } from "../swarm-bus/index.js";
 import { errnoCode, readOptionalFile, writePrivateFile } from "../files/index.js";
 import { memberSwarmsJson, parseRecordJson, parseRecordObject, type MemberSwarms, type SignerRecord } from "./signer-record.js";
 

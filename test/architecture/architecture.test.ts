@@ -17,17 +17,15 @@ const folderOf = (file: string) => file.split("/")[1]!;
 
 /**
  * Files outside src/server/cores and src/server/services that still import
- * a core, each for a reason: the demo writes the lanes core's example
- * configuration; the client verifies a Kmap transaction's signature with the
+ * a core, each for a reason: the client verifies a Kmap transaction's signature with the
  * core's canonical bytes; the CLI's offline commands (the grant check, the
  * lanes permissions) run a core's code without a server; the hive's lane
  * adapter (a Connect client of a lane) reads the hub whose changes it
  * publishes.
  */
 const importersOfCores = {
-  startup: ["lanes"],
   client: ["kmap", "swarm"],
-  files: ["src/startup/demo-setup.ts", "src/client/verify-transaction.ts"],
+  files: ["src/client/verify-transaction.ts"],
   folders: ["src/cli/", "src/client/hive-lanes/"],
 };
 
@@ -58,7 +56,7 @@ const allowed: Record<string, readonly string[]> = {
   validation: [],
   observe: [],
   ...Object.fromEntries(coreFolders.map((core) => [core, [...coreLayers, ...(coreExtras[core] ?? [])]])),
-  startup: ["config", "log", "files", ...importersOfCores.startup],
+  startup: ["config", "log", "files"],
   client: [...importersOfCores.client, "participant", "log", "config", "encoding"],
   server: ["errors", "log", "config", "startup", "nats", "validation", "fault-injection", "client", "observe", ...cores],
   participant: [],

@@ -5,6 +5,7 @@ import { afterAll, describe, expect, test } from "vitest";
 import { runCli } from "../../src/cli/main.js";
 import { controllerGrant, covers, renderMemberGrant } from "../../src/swarm/index.js";
 import { ANTONCORE_FILES } from "../../src/cli/grant-check/antoncore-users.js";
+import { usersYaml, yamlList as list, type YamlUser } from "../helpers/nats-users-yaml.js";
 
 /**
  * The grant check against antoncore-style checkouts (fixtures written by
@@ -25,36 +26,6 @@ const sharedHive = {
   publish: member.publishAllow.map((s) => (s === "slots.*.hive" ? "slots.*.*" : s)),
   subscribe: member.subscribeAllow.map((s) => (s === "_INBOX.hive.>" ? "_INBOX.>" : s)),
 };
-
-interface YamlUser {
-  readonly name: string;
-  readonly publish: readonly string[];
-  readonly subscribe: readonly string[];
-}
-
-const list = (subjects: readonly string[], indent: string) => subjects.map((s) => `${indent}- "${s}"`).join("\n");
-
-function usersYaml(users: readonly YamlUser[], retired: readonly string[] = []): string {
-  return [
-    "# NATS users of the swarm server (operator mode).",
-    "users:",
-    ...users.map((u) =>
-      [
-        `  - name: ${u.name}`,
-        `    record: agentihooks/hub/nats-${u.name}`,
-        "    permissions:",
-        "      publish:",
-        "        allow:",
-        list(u.publish, "          "),
-        "      subscribe:",
-        "        allow:",
-        list(u.subscribe, "          "),
-      ].join("\n"),
-    ),
-    ...(retired.length === 0 ? [] : ["retired:", ...retired.map((r) => `  - name: ${r}\n    record: agentihooks/hub/nats-${r}`)]),
-    "",
-  ].join("\n");
-}
 
 const operatorValues = ["config:", "  jetstream:", "    enabled: true", "  resolver:", "    type: full", ""].join("\n");
 

@@ -2,9 +2,10 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { loadServerConfig, Secret, SERVER_SETTINGS, ServerConfigError, type Env } from "../../src/config/index.js";
+import { ConfigError, loadServerConfig, Secret, SERVER_SETTINGS, ServerConfigError, type Env } from "../../src/config/index.js";
 import { coreSettings } from "../../src/server/cores/index.js";
 import { kmapBinding, type KmapSettings } from "../../src/server/cores/kmap.js";
+import { swarmBinding } from "../../src/server/cores/swarm.js";
 
 const work = mkdtempSync(join(tmpdir(), "laneway-server-config-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -296,6 +297,38 @@ describe("Kmap backlog bound", () => {
     expect(error).toBeInstanceOf(ServerConfigError);
     expect((error as Error).message).toBe(message);
     for (const secret of [ADMIN, URL_SECRET, creds]) expect((error as Error).message).not.toContain(secret);
+  });
+});
+
+describe("the hive hub's variables", () => {
+  const hubSettings = async (env: Env) => {
+    const server = load([], env);
+    return (await swarmBinding.settings!.resolve(server.declared, { env, cwd: work, server, demo: undefined })) as { hub: Record<string, unknown>; lanes: unknown };
+  };
+
+  test("are read with the flags, before anything starts, and only those the binding declares", async () => {
+    const resolved = await hubSettings({
+      AGENTIHOOKS_NATS_SIGNER: "hub:main",
+      AGENTIHOOKS_BUS_SCOPED: "1",
+      AGENTIHOOKS_BUS: "nats",
+      LANEWAY_HIVE_SLOT_ACCOUNTS: "claude-a:2,claude-b:3",
+      LANEWAY_HIVE_SLOTS_PER_HIVE: "2",
+      AGENTIHOOKS_BUS_BIND_TYPO: "1",
+    });
+    expect(resolved.hub).toMatchObject({ signer: "hub:main", redisUrl: undefined, busMode: { scoped: true, bind: false, legacy: true } });
+    expect(resolved.hub.slotPolicy).toEqual({ accounts: new Map([["claude-a", 2], ["claude-b", 3]]), maxPerHive: 2 });
+    expect(resolved.lanes).toBeUndefined();
+    expect((await hubSettings({})).hub).toMatchObject({ signer: undefined, busMode: { scoped: false, bind: false, legacy: false } });
+  });
+
+  test.each([
+    [{ AGENTIHOOKS_BUS_SCOPED: "yes" }, "the hive hub cannot start: AGENTIHOOKS_BUS_SCOPED must be 1 or 0"],
+    [{ LANEWAY_HIVE_SLOTS_PER_HIVE: "0" }, "the hive hub cannot start: LANEWAY_HIVE_SLOTS_PER_HIVE must be a whole number from 1 to 999999"],
+    [{ HIVE_LANES_LANE: "work" }, "the hive hub cannot start: the hive lane adapter needs HIVE_LANES_ADDRESS, HIVE_LANES_TOKEN, HIVE_LANES_LANE, HIVE_LANES_GROUP together; HIVE_LANES_ADDRESS, HIVE_LANES_TOKEN, HIVE_LANES_GROUP are not set"],
+  ])("a bad value stops startup as a configuration error naming its variable, hive or not: %j", async (env, message) => {
+    const error = await hubSettings(env).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect((error as Error).message).toBe(message);
   });
 });
 

@@ -48,7 +48,7 @@ async function openCore(directory: string, eventRetention: number): Promise<Kmap
 async function submitAndFinish(core: KmapCore, from: number, count: number): Promise<void> {
   for (let n = from; n < from + count; n++) await core.queue.submit({ idempotencyId: id(n), command: createNode(`n${n}`), expectedTransactionIds: {} });
   await waitFor(() => {
-    const last = core.queue.get(id(from + count - 1));
+    const last = core.queue.get({ idempotencyId: id(from + count - 1) });
     return last?.state === "committed";
   }, { what: "the commands to commit" });
 }
@@ -77,7 +77,7 @@ test("the oldest changes are pruned past the retention; a watch from a pruned po
   expect(latestPosition - oldestPosition + 1).toBeLessThanOrEqual(21);
 
   const signal = AbortSignal.timeout(30_000);
-  const error = await take(core.queue.watch({ afterPosition: 0, signal }), 1).then(
+  const error = await take(core.queue.watch({ afterPosition: 0 }, signal), 1).then(
     () => undefined,
     (e: unknown) => e,
   );
@@ -86,15 +86,15 @@ test("the oldest changes are pruned past the retention; a watch from a pruned po
   expect((error as Error).message).toContain(`watch after position ${oldestPosition - 1}`);
 
   // From where it says, the watch gets every change still held, in order.
-  const resumed = await take(core.queue.watch({ afterPosition: oldestPosition - 1, signal }), latestPosition - oldestPosition + 1);
+  const resumed = await take(core.queue.watch({ afterPosition: oldestPosition - 1 }, signal), latestPosition - oldestPosition + 1);
   expect(resumed.map((e) => e.position)).toEqual(Array.from({ length: latestPosition - oldestPosition + 1 }, (_, i) => oldestPosition + i));
 
   // A watch of one command is refused only when that command's own changes are gone.
-  const [committed] = await take(core.queue.watch({ afterPosition: 0, idempotencyId: id(30), signal }), 1);
+  const [committed] = await take(core.queue.watch({ afterPosition: 0, idempotencyId: id(30) }, signal), 1);
   expect(committed?.kind).toBe("queued");
-  await expect(take(core.queue.watch({ afterPosition: 0, idempotencyId: id(1), signal }), 1)).rejects.toBeInstanceOf(PositionPrunedError);
+  await expect(take(core.queue.watch({ afterPosition: 0, idempotencyId: id(1) }, signal), 1)).rejects.toBeInstanceOf(PositionPrunedError);
   // A command that does not exist yet has lost nothing either: its watch waits.
-  const future = take(core.queue.watch({ afterPosition: 0, idempotencyId: id(99), signal }), 1);
+  const future = take(core.queue.watch({ afterPosition: 0, idempotencyId: id(99) }, signal), 1);
   await core.queue.submit({ idempotencyId: id(99), command: createNode("future"), expectedTransactionIds: {} });
   expect((await future)[0]?.record.submission.idempotencyId).toBe(id(99));
 });
@@ -108,11 +108,11 @@ test("the changes of unfinished commands are never pruned", { timeout: 60_000 },
   const lock = holdWriteLock(join(directory, "kweb.sqlite"));
   cleanups.push(async () => lock.release());
   for (let n = 10; n < 16; n++) await core.queue.submit({ idempotencyId: id(n), command: createNode(`held ${n}`), expectedTransactionIds: {} });
-  await waitFor(() => core.queue.get(id(10))?.error?.code === "writer_unavailable", { what: "a deferred attempt" });
-  const [first] = await take(core.queue.watch({ afterPosition: 0, idempotencyId: id(10), signal: AbortSignal.timeout(30_000) }), 1);
+  await waitFor(() => core.queue.get({ idempotencyId: id(10) })?.error?.code === "writer_unavailable", { what: "a deferred attempt" });
+  const [first] = await take(core.queue.watch({ afterPosition: 0, idempotencyId: id(10) }, AbortSignal.timeout(30_000)), 1);
   expect(first?.kind).toBe("queued");
   lock.release();
-  await waitFor(() => core.queue.get(id(15))?.state === "committed", { timeoutMs: 30_000, what: "the held commands to commit" });
+  await waitFor(() => core.queue.get({ idempotencyId: id(15) })?.state === "committed", { timeoutMs: 30_000, what: "the held commands to commit" });
   await waitFor(() => core.queue.status().latestPosition - core.queue.status().oldestPosition + 1 <= 6, { what: "pruning once they finished" });
 });
 

@@ -57,19 +57,19 @@ test("watchers far behind, keeping up, and filtered all see the log in order", a
   await submitMany(lane, 1, total);
   const signal = AbortSignal.timeout(60_000);
 
-  const fromStart = await take(lane.watch({ afterPosition: 0, signal }), total);
+  const fromStart = await take(lane.watch({ afterPosition: 0 }, signal), total);
   expect(fromStart.map((e) => e.position)).toEqual(Array.from({ length: total }, (_, i) => i + 1));
   expect(fromStart.map((e) => e.record.submission.idempotencyId)).toEqual(Array.from({ length: total }, (_, i) => id(i + 1)));
 
-  const recent = await take(lane.watch({ afterPosition: total - 100, signal }), 100);
+  const recent = await take(lane.watch({ afterPosition: total - 100 }, signal), 100);
   expect(recent).toEqual(fromStart.slice(-100));
 
-  const filtered = lane.watch({ afterPosition: 0, idempotencyId: id(7), signal });
+  const filtered = lane.watch({ afterPosition: 0, idempotencyId: id(7) }, signal);
   const [only] = await take(filtered, 1);
   expect(only?.record.submission.idempotencyId).toBe(id(7));
 
   // A watcher at the end waits, then receives each new change.
-  const live = take(lane.watch({ afterPosition: total, signal }), 5);
+  const live = take(lane.watch({ afterPosition: total }, signal), 5);
   await submitMany(lane, total + 1, 5);
   expect((await live).map((e) => e.position)).toEqual([1, 2, 3, 4, 5].map((n) => total + n));
   close();

@@ -72,7 +72,7 @@ async function submit(core: KmapCore, operation: MessageInitShape<typeof Command
 }
 
 function recordOf(core: KmapCore, id: string): CommandRecord {
-  return core.queue.get(id)!;
+  return core.queue.get({ idempotencyId: id })!;
 }
 
 function terminal(core: KmapCore, id: string): Promise<CommandRecord> {
@@ -93,7 +93,7 @@ describe("order", () => {
     expect(record.state).toBe("committed");
     expect(record.attempts).toBe(1);
     expect(record.createdNodeId).toMatch(/^[0-9a-f]{32}$/);
-    expect(core.reader.getNode(record.createdNodeId!)?.visibleTransactionId).toBe(record.transactionId);
+    expect(core.reader.getNode({ nodeId: record.createdNodeId! })?.visibleTransactionId).toBe(record.transactionId);
   });
 
   test("terminal failures do not block later commands", async () => {
@@ -115,7 +115,7 @@ describe("order", () => {
     expect((await terminal(core, selfLink)).error?.code).toBe("invalid_input");
     expect((await terminal(core, stale)).error?.code).toBe("stale_revision");
     expect((await terminal(core, after)).state).toBe("committed");
-    expect(core.reader.getNode(created)?.title).toBe("A3");
+    expect(core.reader.getNode({ nodeId: created })?.title).toBe("A3");
   });
 
   test("a writer outage holds the command and every later one until it clears, then all apply in order", async () => {
@@ -153,7 +153,7 @@ describe("order", () => {
     clock.advance(2 * FIRST_RETRY_DELAY_MS);
     const records = [await terminal(core, first), await terminal(core, second), await terminal(core, third)];
     expect(records.map((r) => r.state)).toEqual(["committed", "committed", "committed"]);
-    const sequences = records.map((r) => core.reader.getTransaction(r.transactionId!)!.sequence);
+    const sequences = records.map((r) => core.reader.getTransaction({ transactionId: r.transactionId! })!.sequence);
     expect(sequences).toEqual([1, 2, 3]);
   });
 });
@@ -223,7 +223,7 @@ describe("failures of the runtime itself", () => {
     expect(history.transactions).toHaveLength(1);
     expect(history.transactions[0]!.id).toBe(record.transactionId);
     const kinds: string[] = [];
-    for await (const event of second.core.queue.watch({ afterPosition: 0, idempotencyId: id, signal: AbortSignal.timeout(60_000) })) {
+    for await (const event of second.core.queue.watch({ afterPosition: 0, idempotencyId: id }, AbortSignal.timeout(60_000))) {
       kinds.push(event.kind);
       if (event.kind === "committed") break;
     }

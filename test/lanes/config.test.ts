@@ -14,7 +14,7 @@ import {
   serializeRegistry,
   type LanesConfig,
 } from "../../src/lanes/index.js";
-import { DEMO_LANES_CONFIG } from "../../src/startup/index.js";
+import { DEMO_LANES_CONFIG } from "../../src/server/cores/lanes.js";
 import { Authenticator, secretAuthenticator } from "../../src/server/auth.js";
 
 // Distinct, valid tokens (>= 32 bytes). Every failing case runs with these

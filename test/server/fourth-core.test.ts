@@ -11,12 +11,14 @@ import { coreBindings } from "../../src/server/cores/index.js";
 import { LanewayServer } from "../../src/server/laneway-server.js";
 import { loadStartupConfig } from "../../src/startup/index.js";
 import { echoBinding, EchoService } from "../fixtures/echo-core/binding.js";
+import { parsePrometheusText, sampleValue } from "../helpers/prometheus-text.js";
 
 /**
  * Adding a core is its folder (test/fixtures/echo-core: the core and its
  * binding) and one list entry (below): the server then parses its settings,
  * lists them in `serve --help`, authenticates its principal, maps its
- * reasons, reports its health and serves it — with no other file changed.
+ * reasons, reports its health, feeds its metrics and serves it — with no
+ * other file changed.
  */
 const cores = [...coreBindings, echoBinding];
 
@@ -79,4 +81,18 @@ test("its health counts in the server's, and its settings are in serve --help", 
   const help = serveHelp(cores.flatMap((b) => (b.settings ? [{ title: b.settings.title, settings: b.settings.declarations }] : [])));
   expect(help).toContain("\necho:\n");
   expect(help).toMatch(/--echo-prefix TEXT +LANEWAY_ECHO_PREFIX +what every echo starts with/);
+});
+
+test("its metrics are its binding's: /metrics counts its calls as the binding declares", async () => {
+  const scrape = async () => parsePrometheusText(await (await fetch(`${server.url}/metrics`)).text());
+  const before = await scrape();
+  await client(ECHO_TOKEN).echo({ text: "counted" } as never);
+  await client(ECHO_TOKEN).echo({ text: "" } as never).then(succeeded, () => undefined);
+  const after = await scrape();
+  const delta = (labels: Record<string, string>) => sampleValue(after, "echo_calls_total", labels) - sampleValue(before, "echo_calls_total", labels);
+  expect(delta({ outcome: "echoed" })).toBe(1);
+  expect(delta({ outcome: "echo_empty" })).toBe(1);
+  // The other cores' metrics are there as before.
+  expect(after.has("laneway_lane_records_published_total")).toBe(true);
+  expect(after.has("laneway_kmap_backlog")).toBe(true);
 });

@@ -6,8 +6,14 @@ import { afterAll, describe, expect, test } from "vitest";
 import { EnvFileError, formatEnvFile, parseEnvFile, readEnvFile } from "../../src/config/index.js";
 import { exampleLanesConfig, LanesConfigError, parseLanesConfig } from "../../src/lanes/index.js";
 import { coreSettings } from "../../src/server/cores/index.js";
-import type { LanesSettings } from "../../src/server/cores/lanes.js";
-import { DEMO_LANES_CONFIG, DemoSetupError, ensureDemoSetup, loadStartupConfig, type StartupConfig } from "../../src/startup/index.js";
+import { DEMO_LANES_CONFIG, type LanesSettings } from "../../src/server/cores/lanes.js";
+import { DemoSetupError, ensureDemoSetup as ensureFiles, loadStartupConfig, type DemoSetup, type StartupConfig } from "../../src/startup/index.js";
+
+/** The demo files the cores declare (the lanes' lanes.json). */
+const demoFiles = coreSettings.flatMap((c) => (c.demo ? [{ core: c.core, ...c.demo }] : []));
+const ensureDemoSetup = (dir: string, env: Record<string, string | undefined> = {}) => ensureFiles(dir, env, demoFiles);
+/** The lanes' demo file. */
+const lanesFile = (demo: DemoSetup) => demo.files.get("lanes")!;
 
 /** The lanes core's resolved settings. */
 const lanesOf = (startup: StartupConfig) => startup.cores.get("lanes") as LanesSettings;
@@ -23,13 +29,13 @@ describe("ensureDemoSetup", () => {
     const dir = freshDir();
     const demo = await ensureDemoSetup(dir);
     expect(demo.dataDir).toBe(dir);
-    expect(demo.created).toEqual({ lanesConfig: true, tokens: true });
+    expect(demo.created).toEqual({ files: ["lanes"], tokens: true });
     expect(demo.repairedTokensMode).toBe(false);
     expect(mode(dir)).toBe(0o700);
     expect(mode(demo.tokensPath)).toBe(0o600);
 
-    expect(JSON.parse(readFileSync(demo.lanesConfigPath, "utf8"))).toEqual(DEMO_LANES_CONFIG);
-    expect(JSON.parse(readFileSync(demo.lanesConfigPath, "utf8"))).toEqual(exampleLanesConfig({ namespace: "demo" }));
+    expect(JSON.parse(readFileSync(lanesFile(demo), "utf8"))).toEqual(DEMO_LANES_CONFIG);
+    expect(JSON.parse(readFileSync(lanesFile(demo), "utf8"))).toEqual(exampleLanesConfig({ namespace: "demo" }));
 
     const text = readFileSync(demo.tokensPath, "utf8");
     expect(text).toMatch(/^ATLAS_LANE_TOKEN=[0-9a-f]{64}\nBEACON_LANE_TOKEN=[0-9a-f]{64}\nLANEWAY_ADMIN_TOKEN=[0-9a-f]{64}\n$/);
@@ -37,28 +43,28 @@ describe("ensureDemoSetup", () => {
     expect(new Set(Object.values(demo.env)).size).toBe(3);
 
     // The generated pair is a valid configuration for the real loader.
-    const config = parseLanesConfig(readFileSync(demo.lanesConfigPath, "utf8"), demo.env);
+    const config = parseLanesConfig(readFileSync(lanesFile(demo), "utf8"), demo.env);
     expect(config.tokens.get("atlas")?.reveal()).toBe(demo.env.ATLAS_LANE_TOKEN);
   });
 
   test("later starts reuse both files unchanged", async () => {
     const dir = freshDir();
     const first = await ensureDemoSetup(dir);
-    writeFileSync(first.lanesConfigPath, JSON.stringify({ ...DEMO_LANES_CONFIG, namespace: "edited" }));
+    writeFileSync(lanesFile(first), JSON.stringify({ ...DEMO_LANES_CONFIG, namespace: "edited" }));
     const before = readFileSync(first.tokensPath, "utf8");
     const second = await ensureDemoSetup(dir);
-    expect(second.created).toEqual({ lanesConfig: false, tokens: false });
+    expect(second.created).toEqual({ files: [], tokens: false });
     expect(second.env).toEqual(first.env);
     expect(readFileSync(first.tokensPath, "utf8")).toBe(before);
-    expect(JSON.parse(readFileSync(first.lanesConfigPath, "utf8")).namespace).toBe("edited");
+    expect(JSON.parse(readFileSync(lanesFile(first), "utf8")).namespace).toBe("edited");
   });
 
   test("a missing file is recreated on its own", async () => {
     const dir = freshDir();
     const first = await ensureDemoSetup(dir);
-    rmSync(first.lanesConfigPath);
+    rmSync(lanesFile(first));
     const second = await ensureDemoSetup(dir);
-    expect(second.created).toEqual({ lanesConfig: true, tokens: false });
+    expect(second.created).toEqual({ files: ["lanes"], tokens: false });
     expect(second.env).toEqual(first.env);
   });
 

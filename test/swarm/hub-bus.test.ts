@@ -170,7 +170,7 @@ describe("the hub's bus", () => {
     const broker = await BrokerConnection.open({ servers: [hive.nats.url], credentialsFile: hive.trust.credsPaths.hub, name: "bound-test" });
     const hubBus = await HubBus.open({
       broker,
-      env: { AGENTIHOOKS_BUS_SCOPED: "1" },
+      mode: { scoped: true, bind: false, legacy: false },
       log: createLogger({ level: "debug", write: (line) => logs.push(line) }),
       memberSwarms: async () => [],
       maxSwarms: 2,

@@ -8,6 +8,7 @@ import { runCli } from "../../src/cli/main.js";
 import { controllerGrant } from "../../src/swarm/index.js";
 import { ANTONCORE_FILES } from "../../src/cli/grant-check/antoncore-users.js";
 import { connectWithCreds, SecretLedger, startHive, type HiveUnderTest } from "./hive-fixture.js";
+import { usersYaml, type YamlUser } from "../helpers/nats-users-yaml.js";
 
 /**
  * `laneway hive nats-trust`: the service users of an antoncore checkout's
@@ -20,13 +21,6 @@ import { connectWithCreds, SecretLedger, startHive, type HiveUnderTest } from ".
  * nothing; the shared hive user is never signed.
  */
 
-interface YamlUser {
-  readonly name: string;
-  readonly publish: readonly string[];
-  readonly publishDeny?: readonly string[];
-  readonly subscribe: readonly string[];
-}
-
 let hive: HiveUnderTest;
 let scratch: string;
 let checkout: string;
@@ -38,31 +32,6 @@ const controller = controllerGrant();
 const controllerUser: YamlUser = { name: "swarm-controller", publish: controller.publishAllow, subscribe: controller.subscribeAllow };
 const webhook: YamlUser = { name: "swarm-github-webhook", publish: ["swarm.*.events.github.>"], subscribe: ["_INBOX.>"] };
 const ledger: YamlUser = { name: "swarm-ledger", publish: ["ledger.>"], publishDeny: ["ledger.secret.>"], subscribe: ["ledger.>", "_INBOX.>"] };
-
-const list = (subjects: readonly string[], indent: string) => subjects.map((s) => `${indent}- "${s}"`).join("\n");
-
-function usersYaml(users: readonly YamlUser[], retired: readonly string[] = []): string {
-  return [
-    "# NATS users of the swarm server (operator mode).",
-    "users:",
-    ...users.map((u) =>
-      [
-        `  - name: ${u.name}`,
-        `    record: agentihooks/hub/nats-${u.name}`,
-        "    permissions:",
-        "      publish:",
-        "        allow:",
-        list(u.publish, "          "),
-        ...(u.publishDeny ? ["        deny:", list(u.publishDeny, "          ")] : []),
-        "      subscribe:",
-        "        allow:",
-        list(u.subscribe, "          "),
-      ].join("\n"),
-    ),
-    ...(retired.length === 0 ? [] : ["retired:", ...retired.map((r) => `  - name: ${r}\n    record: agentihooks/hub/nats-${r}`)]),
-    "",
-  ].join("\n");
-}
 
 async function writeUsers(users: readonly YamlUser[], retired: readonly string[] = []): Promise<void> {
   await writeFile(join(checkout, ANTONCORE_FILES.users), usersYaml(users, retired));

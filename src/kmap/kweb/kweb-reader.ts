@@ -30,6 +30,16 @@ export interface KwebReaderOptions {
   readonly busyTimeoutMs?: number;
 }
 
+export interface GetNodeParams {
+  /** The node's canonical id (32 lowercase hex). */
+  readonly nodeId: string;
+}
+
+export interface GetTransactionParams {
+  /** The transaction's id. */
+  readonly transactionId: string;
+}
+
 export interface ListNodesOptions {
   /** Start after this node id (the previous page's `nextAfterId`). */
   readonly afterId?: string;
@@ -153,9 +163,9 @@ export class KwebReader {
   }
 
   /** The node, or undefined when it was never created or has been deleted. */
-  getNode(id: string): KwebNode | undefined {
+  getNode({ nodeId }: GetNodeParams): KwebNode | undefined {
     return this.#read(() => {
-      const row = this.#node.get(id);
+      const row = this.#node.get(nodeId);
       return row === undefined ? undefined : this.#toNode(row);
     });
   }
@@ -176,9 +186,9 @@ export class KwebReader {
   }
 
   /** The transaction, or undefined when there is none with this id. */
-  getTransaction(id: string): KwebTransaction | undefined {
+  getTransaction({ transactionId }: GetTransactionParams): KwebTransaction | undefined {
     return this.#read(() => {
-      const row = this.#transaction.get(id);
+      const row = this.#transaction.get(transactionId);
       return row === undefined ? undefined : toTransaction(row);
     });
   }

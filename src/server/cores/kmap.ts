@@ -6,8 +6,9 @@ import { parseCount } from "../../config/index.js";
 import { openKmapCore, rootCauseFields, type KmapReason } from "../../kmap/index.js";
 import { KMAP_PAUSE_POINTS } from "../../kmap/internal.js";
 import { safeErrorFields } from "../../log/logger.js";
-import { registerCoreReader } from "../../observe/core-events.js";
-import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
+import { Counter, Gauge, Histogram, type Registry } from "prom-client";
+import { coreReaders, installCoreEventSink, registerCoreReader } from "../../observe/core-events.js";
+import { implement, messageField, type CoreBinding, type CoreCallMetrics, type ErrorDomainSpec } from "../core-binding.js";
 import { kmapCommandServiceImpl } from "../services/kmap-command-service.js";
 import { kmapReadServiceImpl } from "../services/kmap-read-service.js";
 
@@ -40,6 +41,67 @@ export interface KmapSettings {
   readonly maxPending: number;
 }
 
+/** Kmap submission-to-outcome buckets (seconds). */
+const APPLY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
+/**
+ * The Kmap's metrics (docs/operations.md lists them): submissions and their
+ * refusals from SubmitCommand, commits and failures from the command
+ * runtime's hooks, the backlog from the lane's writer counters.
+ */
+function kmapMetrics(registry: Registry): CoreCallMetrics {
+  const registers = [registry];
+  const submitted = new Counter({ name: "laneway_kmap_commands_submitted_total", help: "Kmap commands accepted by SubmitCommand; existing=true for an identical earlier submission returned.", labelNames: ["existing"], registers });
+  const refusals = new Counter({ name: "laneway_kmap_submit_refusals_total", help: "SubmitCommand calls refused, by reason (backlog_full, conflict, ...).", labelNames: ["reason"], registers });
+  const committed = new Counter({ name: "laneway_kmap_commands_committed_total", help: "Kmap commands committed by the command runtime.", registers });
+  const failed = new Counter({ name: "laneway_kmap_commands_failed_total", help: "Kmap commands that failed for good, by rejection code.", labelNames: ["code"], registers });
+  const apply = new Histogram({
+    name: "laneway_kmap_apply_latency_seconds",
+    help: "Time from a Kmap command's submission to its outcome (committed or failed).",
+    labelNames: ["outcome"],
+    buckets: APPLY_BUCKETS,
+    registers,
+  });
+  new Gauge({
+    name: "laneway_kmap_backlog",
+    help: "Unfinished (Queued or Applying) Kmap commands.",
+    registers,
+    collect() {
+      const kmap = coreReaders().kmap?.();
+      if (kmap !== undefined) this.set(kmap.pending);
+    },
+  });
+  new Gauge({
+    name: "laneway_kmap_backlog_max",
+    help: "The most unfinished Kmap commands the lane accepts (--kmap-max-pending).",
+    registers,
+    collect() {
+      const kmap = coreReaders().kmap?.();
+      if (kmap !== undefined) this.set(kmap.maxPending);
+    },
+  });
+  committed.inc(0);
+  const uninstall = installCoreEventSink({
+    kmapCommitted: (latencies) => {
+      committed.inc(latencies.length);
+      for (const ms of latencies) apply.observe({ outcome: "committed" }, Math.max(0, ms) / 1000);
+    },
+    kmapFailed: (code, ms) => {
+      failed.inc({ code });
+      apply.observe({ outcome: "failed" }, Math.max(0, ms) / 1000);
+    },
+  });
+  return {
+    succeeded(_service, method, { response }) {
+      if (method === "SubmitCommand") submitted.inc({ existing: messageField<boolean>(response, "existing") ? "true" : "false" });
+    },
+    refused(_service, method, reason) {
+      if (method === "SubmitCommand") refusals.inc({ reason });
+    },
+    close: uninstall,
+  };
+}
+
 export const kmapBinding: CoreBinding = {
   name: "kmap",
   title: "the Kmap command lane",
@@ -49,6 +111,7 @@ export const kmapBinding: CoreBinding = {
     { service: KmapReadService, principal: "operator" },
   ],
   pausePoints: KMAP_PAUSE_POINTS,
+  metrics: kmapMetrics,
   settings: {
     core: "kmap",
     title: "kmap",

@@ -3,9 +3,21 @@ import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { HiveHubService } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
 import { HiveMemberService } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import { createLanewayTransport } from "../../client/transport.js";
-import { hiveBrokerSetup, HUB_PAUSE_POINTS, hubMigrationMarks, openHiveHub, SwarmError, type HiveHub, type SwarmReason } from "../../swarm/index.js";
+import { ConfigError, type SettingDeclaration } from "../../config/index.js";
+import {
+  hiveBrokerSetup,
+  HUB_PAUSE_POINTS,
+  hubMigrationMarks,
+  hubSettingsFromEnv,
+  openHiveHub,
+  SwarmError,
+  type HiveHub,
+  type HubSettings,
+  type SwarmReason,
+} from "../../swarm/index.js";
 import { HiveLanes, hiveLanesSettingsFromEnv, type HiveLanesSettings, type LaneClient } from "../../client/hive-lanes/index.js";
-import { implement, type CoreBinding, type ErrorDomainSpec } from "../core-binding.js";
+import { Counter, type Registry } from "prom-client";
+import { implement, type CoreBinding, type CoreCallMetrics, type ErrorDomainSpec } from "../core-binding.js";
 import { hiveHubServiceImpl, hiveMemberServiceImpl } from "../services/hive-services.js";
 
 /**
@@ -35,6 +47,52 @@ const reasons: Readonly<Record<SwarmReason, Code>> = {
 
 const errors: ErrorDomainSpec = { domain: "swarm", reasons, fallbackReasons: { invalid: "swarm_invalid", unavailable: "swarm_unavailable" } };
 
+/** The hive's metrics (docs/operations.md lists them): credentials minted and refused, invites, retirements. */
+function swarmMetrics(registry: Registry): CoreCallMetrics {
+  const registers = [registry];
+  const minted = new Counter({ name: "laneway_hive_credentials_minted_total", help: "Hive member credentials minted, by kind (join, refresh).", labelNames: ["kind"], registers });
+  const mintRefusals = new Counter({ name: "laneway_hive_credential_refusals_total", help: "Join and Refresh calls refused, by reason.", labelNames: ["reason"], registers });
+  const revocations = new Counter({ name: "laneway_hive_revocations_total", help: "Hive members retired (their credentials revoked) by RetireMember.", registers });
+  const invites = new Counter({ name: "laneway_hive_invites_total", help: "Hive member invites issued.", registers });
+  for (const kind of ["join", "refresh"]) minted.inc({ kind }, 0);
+  revocations.inc(0);
+  invites.inc(0);
+  return {
+    succeeded(service, method) {
+      if (service === HiveMemberService.typeName) {
+        if (method === "Join" || method === "Refresh") minted.inc({ kind: method.toLowerCase() });
+      } else if (method === "RetireMember") revocations.inc();
+      else if (method === "Invite") invites.inc();
+    },
+    refused(service, method, reason) {
+      if (service === HiveMemberService.typeName && (method === "Join" || method === "Refresh")) mintRefusals.inc({ reason });
+    },
+  };
+}
+
+/** The hub's variables (only these: the hub reads nothing else of the environment). */
+const declarations: readonly SettingDeclaration[] = [
+  { env: "AGENTIHOOKS_NATS_SIGNER", type: "string", value: "", help: "where the signer record lives (file:<folder>, hub:<name>)" },
+  { env: "LANEWAY_HIVE_REDIS_URL", type: "string", value: "", help: "the hive's Redis, for member passwords" },
+  { env: "AGENTIHOOKS_BUS_SCOPED", type: "string", value: "", help: "the hub's bus mode: per-swarm streams" },
+  { env: "AGENTIHOOKS_BUS_BIND", type: "string", value: "", help: "bind to the swarms' streams instead of provisioning them" },
+  { env: "AGENTIHOOKS_BUS", type: "string", value: "", help: "unscoped: nats selects the legacy events and dead-letter streams" },
+  { env: "LANEWAY_HIVE_SLOT_ACCOUNTS", type: "string", value: "", help: "the slot accounts and their sizes, name:slots[,name:slots…]" },
+  { env: "LANEWAY_HIVE_SLOTS_PER_HIVE", type: "string", value: "", help: "the most slots one hive holds at once" },
+  { env: "HIVE_LANES_ADDRESS", type: "string", value: "", help: "the hive as a lane participant: the Laneway it claims from" },
+  { env: "HIVE_LANES_TOKEN", type: "string", value: "", help: "… its project token" },
+  { env: "HIVE_LANES_LANE", type: "string", value: "", help: "… its lane" },
+  { env: "HIVE_LANES_GROUP", type: "string", value: "", help: "… its work group" },
+  { env: "HIVE_LANES_SNAPSHOT_PROJECTS", type: "string", value: "", help: "… the projects whose snapshots it accepts" },
+];
+const swarmVariables = declarations.map((d) => d.env);
+
+/** The hub's settings and the hive lane adapter's, from those variables. */
+interface SwarmSettings {
+  readonly hub: HubSettings;
+  readonly lanes: HiveLanesSettings | undefined;
+}
+
 export const swarmBinding: CoreBinding = {
   name: "swarm",
   title: "the hive hub",
@@ -45,24 +103,22 @@ export const swarmBinding: CoreBinding = {
     { service: HiveMemberService, principal: "member" },
   ],
   principals: { member: "a hive member's invite secret" },
-  // Read by the hub as it opens (their names are the specification's wire contract).
+  metrics: swarmMetrics,
+  // Their names are the specification's wire contract.
   settings: {
     core: "swarm",
     title: "hive hub (variables only)",
-    declarations: [
-      { env: "AGENTIHOOKS_NATS_SIGNER", type: "string", value: "", help: "where the signer record lives (file:<folder>, hub:<name>)" },
-      { env: "LANEWAY_HIVE_REDIS_URL", type: "string", value: "", help: "the hive's Redis, for member passwords" },
-      { env: "AGENTIHOOKS_BUS_SCOPED", type: "string", value: "", help: "the hub's bus mode: per-swarm streams" },
-      { env: "AGENTIHOOKS_BUS_BIND", type: "string", value: "", help: "bind to the swarms' streams instead of provisioning them" },
-      { env: "LANEWAY_HIVE_SLOT_ACCOUNTS", type: "string", value: "", help: "the slot accounts and their sizes, name:slots[,name:slots…]" },
-      { env: "LANEWAY_HIVE_SLOTS_PER_HIVE", type: "string", value: "", help: "the most slots one hive holds at once" },
-      { env: "HIVE_LANES_ADDRESS", type: "string", value: "", help: "the hive as a lane participant: the Laneway it claims from" },
-      { env: "HIVE_LANES_TOKEN", type: "string", value: "", help: "… its project token" },
-      { env: "HIVE_LANES_LANE", type: "string", value: "", help: "… its lane" },
-      { env: "HIVE_LANES_GROUP", type: "string", value: "", help: "… its work group" },
-      { env: "HIVE_LANES_SNAPSHOT_PROJECTS", type: "string", value: "", help: "… the projects whose snapshots it accepts" },
-    ],
-    resolve: () => undefined,
+    declarations,
+    // Read here, before anything starts: a bad value stops startup (exit 2) naming its variable, hive or not.
+    resolve(values): SwarmSettings {
+      const variables = Object.fromEntries(swarmVariables.map((name) => [name, values.get(name)?.value]));
+      try {
+        return { lanes: hiveLanesSettingsFromEnv(variables), hub: hubSettingsFromEnv(variables) };
+      } catch (error) {
+        if (error instanceof SwarmError) throw new ConfigError(`the hive hub cannot start: ${error.message}`);
+        throw error;
+      }
+    },
   },
   // With the hive enabled (`laneway hive init`; demo mode enables it on the
   // embedded broker), NATS runs in operator mode and Laneway connects as a
@@ -74,10 +130,10 @@ export const swarmBinding: CoreBinding = {
   },
   async open(ctx) {
     const names = [HiveHubService.typeName, HiveMemberService.typeName];
-    const lanesSettings = hiveLanesSettingsFromEnv(ctx.startup.env);
+    const { hub: hubSettings, lanes: lanesSettings } = ctx.settings as SwarmSettings;
     const opened = await openHiveHub({
       dataDir: ctx.startup.server.dataDir,
-      env: ctx.startup.env,
+      settings: hubSettings,
       servers: ctx.broker.servers,
       pausePoints: ctx.pausePoints,
       log: ctx.log,

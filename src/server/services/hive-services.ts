@@ -20,7 +20,7 @@ import {
 import { HiveMemberService, MemberCredentialSchema } from "../../../gen/laneway/swarm/v1/hive_member_service_pb.js";
 import type {
   HiveHub,
-  HubMigrationOptions,
+  MigrationParams,
   MemberCredentialOutcome,
   MemberListing,
   MigrationProgress as CoreProgress,
@@ -47,11 +47,11 @@ const PROGRESS_INTERVAL_MS = 250;
 export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveHubService> {
   return {
     async scope(req) {
-      const outcome = await hub().scope(req.swarms);
+      const outcome = await hub().scope({ swarms: req.swarms });
       return { members: outcome.members.map(memberScope), created: outcome.created, swarms: [...outcome.swarms] };
     },
     async invite(req) {
-      const outcome = await hub().invite(req.memberId, { busUrl: req.busUrl, swarms: req.swarms, requireMemberSwarms: req.requireMemberSwarms });
+      const outcome = await hub().invite({ memberId: req.memberId, busUrl: req.busUrl, swarms: req.swarms, requireMemberSwarms: req.requireMemberSwarms });
       return {
         memberId: outcome.memberId,
         inviteSecret: outcome.secret,
@@ -66,7 +66,7 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
       return { scopingEnabled: listing.scopingEnabled, members: listing.members.map(memberScope), retired: listing.retired.map(retiredMember) };
     },
     async renderGrant(req) {
-      const grant = await hub().renderGrant(req.memberId);
+      const grant = await hub().renderGrant({ memberId: req.memberId });
       return {
         scoped: grant.scoped,
         publishAllow: [...grant.publishAllow],
@@ -80,7 +80,7 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
       return swarmsListing(await hub().listSwarms());
     },
     async nameSwarms(req) {
-      return { swarms: swarmsListing(await hub().nameSwarms(req.swarms)) };
+      return { swarms: swarmsListing(await hub().nameSwarms({ swarms: req.swarms })) };
     },
     async trustServiceUsers(req) {
       const outcome = await hub().trustServiceUsers({
@@ -103,17 +103,17 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
       };
     },
     async retireMember(req) {
-      const outcome = await hub().retire(req.memberId);
+      const outcome = await hub().retire({ memberId: req.memberId });
       return { retired: retiredMember(outcome.retired), redisUserDeleted: outcome.redisUserDeleted };
     },
     async migrateState(req, ctx) {
-      return { progress: finalProgress(await runMigration(hub(), { case: "state", value: req }, { signal: callSignal(ctx) })) };
+      return { progress: finalProgress(await runMigration(hub(), { case: "state", value: req }, {}, callSignal(ctx))) };
     },
     async migrateQueue(req, ctx) {
-      return { progress: finalProgress(await runMigration(hub(), { case: "queue", value: req }, { signal: callSignal(ctx) })) };
+      return { progress: finalProgress(await runMigration(hub(), { case: "queue", value: req }, {}, callSignal(ctx))) };
     },
     async migrateDead(req, ctx) {
-      return { progress: finalProgress(await runMigration(hub(), { case: "dead", value: req }, { signal: callSignal(ctx) })) };
+      return { progress: finalProgress(await runMigration(hub(), { case: "dead", value: req }, {}, callSignal(ctx))) };
     },
     async *migrate(req, ctx) {
       const migration = req.migration;
@@ -135,7 +135,7 @@ export function hiveHubServiceImpl(hub: () => HiveHub): ServiceImpl<typeof HiveH
         push(progressMessage(p));
       };
       let outcome: { result: MigrationResult } | { error: unknown } | undefined;
-      void runMigration(hub(), migration, { signal: callSignal(ctx), onProgress }).then(
+      void runMigration(hub(), migration, { onProgress }, callSignal(ctx)).then(
         (result) => {
           outcome = { result };
           wake?.();
@@ -163,15 +163,16 @@ type Migration =
   | { case: "queue"; value: MigrateQueueRequest }
   | { case: "dead"; value: MigrateDeadRequest };
 
-function runMigration(hub: HiveHub, migration: Migration, options: HubMigrationOptions): Promise<MigrationResult> {
+function runMigration(hub: HiveHub, migration: Migration, progress: Pick<MigrationParams, "onProgress">, signal: AbortSignal): Promise<MigrationResult> {
   const migrator = hub.migrator;
+  const { swarm } = migration.value;
   switch (migration.case) {
     case "state":
-      return migrator.migrateState(migration.value.swarm, migration.value.bucket, migration.value.keys, options);
+      return migrator.migrateState({ swarm, bucket: migration.value.bucket, keys: migration.value.keys, ...progress }, signal);
     case "queue":
-      return migrator.migrateQueue(migration.value.swarm, migration.value.name, queuePolicy(migration.value.policy), options);
+      return migrator.migrateQueue({ swarm, name: migration.value.name, policy: queuePolicy(migration.value.policy), ...progress }, signal);
     case "dead":
-      return migrator.migrateDead(migration.value.swarm, options);
+      return migrator.migrateDead({ swarm, ...progress }, signal);
   }
 }
 
@@ -240,11 +241,11 @@ export function hiveMemberServiceImpl(hub: () => HiveHub): ServiceImpl<typeof Hi
   return {
     async join(_req, ctx) {
       const { id: memberId } = principalOf(ctx, "member");
-      return { credential: memberCredential(await hub().mint(memberId, "join")) };
+      return { credential: memberCredential(await hub().mint({ memberId, kind: "join" })) };
     },
     async refresh(_req, ctx) {
       const { id: memberId } = principalOf(ctx, "member");
-      return { credential: memberCredential(await hub().mint(memberId, "refresh")) };
+      return { credential: memberCredential(await hub().mint({ memberId, kind: "refresh" })) };
     },
   };
 }

@@ -88,7 +88,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal, e
     },
 
     async getCommand(req, ctx) {
-      const record = await retryWhileBusy(() => lane.get(req.idempotencyId), { signal: callSignal(ctx) });
+      const record = await retryWhileBusy(() => lane.get({ idempotencyId: req.idempotencyId }), { signal: callSignal(ctx) });
       if (!record) throw new KmapError("not_found", `no command with idempotency_id ${req.idempotencyId}`);
       return { record: commandRecordMessage(record) };
     },
@@ -97,7 +97,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal, e
       const size = pageSize(req.pageSize);
       const after = decodePageToken(req.pageToken);
       const state = req.state === ProtoCommandState.UNSPECIFIED ? undefined : coreStates.get(req.state);
-      const records = await retryWhileBusy(() => lane.page(after, size + 1, state), { signal: callSignal(ctx) });
+      const records = await retryWhileBusy(() => lane.page({ afterSequence: after, limit: size + 1, state }), { signal: callSignal(ctx) });
       const page = records.slice(0, size);
       const last = page.at(-1);
       const status = lane.status();
@@ -116,11 +116,7 @@ export function kmapCommandServiceImpl(lane: CommandQueue, drain: AbortSignal, e
     async *watchCommands(req, ctx) {
       // Ends cleanly on client cancellation and when the server drains.
       const signal = callSignal(ctx, drain);
-      const events = lane.watch({
-        afterPosition: Number(req.afterPosition),
-        idempotencyId: req.idempotencyId || undefined,
-        signal,
-      });
+      const events = lane.watch({ afterPosition: Number(req.afterPosition), idempotencyId: req.idempotencyId || undefined }, signal);
       for (;;) {
         let next: IteratorResult<CommandEvent>;
         try {

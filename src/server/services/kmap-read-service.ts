@@ -50,7 +50,7 @@ const canonicalId = /^[0-9a-f]{32}$/;
 export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof KmapReadService> {
   return {
     async getNode(req, ctx) {
-      const node = await retryWhileBusy(() => reader.getNode(req.nodeId), { signal: callSignal(ctx) });
+      const node = await retryWhileBusy(() => reader.getNode({ nodeId: req.nodeId }), { signal: callSignal(ctx) });
       if (!node) throw new KmapError("not_found", `node ${req.nodeId} does not exist`);
       return { node: nodeMessage(node) };
     },
@@ -64,7 +64,7 @@ export function kmapReadServiceImpl(reader: KwebReader): ServiceImpl<typeof Kmap
     },
 
     async getTransaction(req, ctx) {
-      const tx = await retryWhileBusy(() => reader.getTransaction(req.transactionId), { signal: callSignal(ctx) });
+      const tx = await retryWhileBusy(() => reader.getTransaction({ transactionId: req.transactionId }), { signal: callSignal(ctx) });
       if (!tx) throw new KmapError("not_found", `transaction ${req.transactionId} does not exist`);
       return { transaction: transactionMessage(tx) };
     },

@@ -107,9 +107,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     async publish(req, ctx) {
       const { id: project } = principalOf(ctx, "project");
       const outcome = await lanes().publish(
-        project,
-        req.lane,
-        { id: req.id, kind: coreKind(req.kind), schema: req.schema, payload: req.payload, provenance: req.provenance },
+        { project, lane: req.lane, publication: { id: req.id, kind: coreKind(req.kind), schema: req.schema, payload: req.payload, provenance: req.provenance } },
         callSignal(ctx),
       );
       return publishResponse(outcome);
@@ -117,9 +115,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     async publishBatch(req, ctx) {
       const { id: project } = principalOf(ctx, "project");
       const outcomes = await lanes().publishBatch(
-        project,
-        req.lane,
-        req.records.map((r) => ({ id: r.id, kind: coreKind(r.kind), schema: r.schema, payload: r.payload, provenance: r.provenance })),
+        { project, lane: req.lane, publications: req.records.map((r) => ({ id: r.id, kind: coreKind(r.kind), schema: r.schema, payload: r.payload, provenance: r.provenance })) },
         callSignal(ctx),
       );
       return {
@@ -130,7 +126,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     },
     async replay(req, ctx) {
       const { id: project } = principalOf(ctx, "project");
-      const page = await lanes().replay(project, req.lane, req.cursor, req.maxEvents, callSignal(ctx));
+      const page = await lanes().replay({ project, lane: req.lane, cursor: req.cursor, maxEvents: req.maxEvents }, callSignal(ctx));
       return {
         events: page.events.map(laneRecordMessage),
         cursor: BigInt(page.cursor),
@@ -141,7 +137,7 @@ export function laneServiceImpl(core: LanesCore | undefined, drain: AbortSignal,
     async *follow(req, ctx) {
       const { id: project } = principalOf(ctx, "project");
       // Ends cleanly on client cancellation and when the server drains.
-      for await (const page of lanes().follow(project, req.lane, req.cursor, callSignal(ctx, drain))) {
+      for await (const page of lanes().follow({ project, lane: req.lane, cursor: req.cursor }, callSignal(ctx, drain))) {
         yield { events: page.events.map(laneRecordMessage), cursor: BigInt(page.cursor) };
       }
     },

@@ -10,7 +10,7 @@
  * Without `LANEWAY_HIVE_SLOTS_PER_HIVE` a hive may hold every slot.
  */
 import { envValue, type Env } from "../../config/index.js";
-import { SwarmError } from "../errors.js";
+import { SwarmError } from "../../swarm-bus/index.js";
 import { isSlotAccountName } from "../../swarm-bus/internal.js";
 
 export const SLOT_ACCOUNTS_ENV = "LANEWAY_HIVE_SLOT_ACCOUNTS";

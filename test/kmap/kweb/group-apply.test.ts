@@ -107,8 +107,8 @@ test("a group commits every command as its own signed, chained transaction, each
 
   const r = reader();
   expectVerifiedHistory(r, [create.idempotencyId, rename.idempotencyId, requests[0]!.idempotencyId, requests[1]!.idempotencyId]);
-  expect(r.getNode(parent)!.title).toBe("again");
-  expect(r.getNode(committed(outcomes[0]).createdNodeId!)!.parentId).toBe(parent);
+  expect(r.getNode({ nodeId: parent })!.title).toBe("again");
+  expect(r.getNode({ nodeId: committed(outcomes[0]).createdNodeId! })!.parentId).toBe(parent);
 
   // The rejected command comes first in the next call, on exactly the state it saw: rejected alone.
   const again = writer.applyGroup([requests[2]!, request(command.createNode({ title: "behind it" }))]);
@@ -247,7 +247,7 @@ test("the runtime applies a backlog as groups: strict order, one signed transact
   const events = new Map<string, string[]>();
   const log: CommandEvent[] = [];
   const signal = new AbortController();
-  for await (const event of opened.queue.watch({ afterPosition: 0, signal: signal.signal })) {
+  for await (const event of opened.queue.watch({ afterPosition: 0 }, signal.signal)) {
     const id = event.record.submission.idempotencyId;
     log.push(event);
     events.set(id, [...(events.get(id) ?? []), event.kind]);

@@ -36,7 +36,7 @@ afterAll(async () => {
 });
 
 function node(id: string) {
-  const found = reader.getNode(id);
+  const found = reader.getNode({ nodeId: id });
   if (found === undefined) throw new Error(`node ${id} not found`);
   return found;
 }
@@ -46,7 +46,7 @@ async function commitTouching(cmd: Parameters<typeof commit>[1], expected: Recor
   const before = visibleIds(reader);
   const outcome = await commit(manager, cmd, expected);
   const after = visibleIds(reader);
-  const transaction = reader.getTransaction(outcome.transactionId);
+  const transaction = reader.getTransaction({ transactionId: outcome.transactionId });
   if (transaction === undefined) throw new Error("the committed transaction is not in history");
   const stillThere = transaction.touchedNodeIds.filter((id) => after.has(id) && before.has(id));
   expect(changedIds(before, after)).toEqual([...stillThere].sort());
@@ -160,7 +160,7 @@ describe("delete_node", () => {
     await commit(manager, command.linkNodes(source, bystander, "mentions"));
     const { transaction } = await commitTouching(command.deleteNode(doomed));
     expect(transaction.touchedNodeIds).toEqual([doomed, source, target].sort());
-    expect(reader.getNode(doomed)).toBeUndefined();
+    expect(reader.getNode({ nodeId: doomed })).toBeUndefined();
     expect(node(source).links).toEqual([{ fromId: source, toId: bystander, linkType: "mentions" }]);
     // The deleted node's history stays queryable.
     const history = reader.listTransactions({ limit: 100, nodeId: doomed }).transactions;

@@ -90,7 +90,7 @@ test("listTransactions pages in commit order, by node and by provenance", async 
   }) as KwebTransaction[][]).flat();
   expect(history.map((t) => t.command.operation.case)).toEqual(["createNode", "linkNodes", "updateNode", "unlinkNodes"]);
   expect(history.every((t) => t.touchedNodeIds.includes(subject))).toBe(true);
-  expect(history.at(-1)?.id).toBe(reader.getNode(subject)?.visibleTransactionId);
+  expect(history.at(-1)?.id).toBe(reader.getNode({ nodeId: subject })?.visibleTransactionId);
 
   const idempotencyId = newIdempotencyId();
   const outcome = await apply(manager, command.updateNode(subject, { body: "by provenance" }), {}, idempotencyId);
@@ -103,13 +103,13 @@ test("listTransactions pages in commit order, by node and by provenance", async 
 
 test("getTransaction returns the stored transaction with its typed command; unknown ids are undefined", () => {
   const first = reader.listTransactions({ limit: 1 }).transactions[0]!;
-  const again = reader.getTransaction(first.id);
+  const again = reader.getTransaction({ transactionId: first.id });
   expect(again).toEqual(first);
   expect(first.command.operation).toMatchObject({ case: "createNode", value: { title: "parent" } });
   expect(first.signedPayload).toBeInstanceOf(Uint8Array);
   expect(first.signature).toBeInstanceOf(Uint8Array);
-  expect(reader.getTransaction("ab".repeat(16))).toBeUndefined();
-  expect(reader.getNode("ab".repeat(16))).toBeUndefined();
+  expect(reader.getTransaction({ transactionId: "ab".repeat(16) })).toBeUndefined();
+  expect(reader.getNode({ nodeId: "ab".repeat(16) })).toBeUndefined();
 });
 
 test("a page started before commits continues correctly after them", async () => {
@@ -132,7 +132,7 @@ test("the reader answers while the writer applies a stream of commands", async (
   const writes = Array.from({ length: 30 }, (_, i) => track(apply(manager, command.createNode({ title: `burst ${i}` }))));
   let reads = 0;
   while (writes.some((w) => !w.settled)) {
-    expect(reader.getNode(parent)?.title).toBe("parent");
+    expect(reader.getNode({ nodeId: parent })?.title).toBe("parent");
     reader.listTransactions({ limit: 5, nodeId: parent });
     reads++;
     await new Promise((resolve) => setImmediate(resolve));

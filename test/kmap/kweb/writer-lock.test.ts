@@ -84,7 +84,7 @@ test("the main thread's event loop runs and reads are answered while the worker 
   cleanups.push(() => clearInterval(timer));
   await waitFor(() => ticks >= 10, { what: "timer ticks on the main thread" });
   // Reads on the main thread are answered from the committed state.
-  expect(reader.getNode(existing)?.title).toBe("readable");
+  expect(reader.getNode({ nodeId: existing })?.title).toBe("readable");
   expect(reader.listNodes({ limit: 10 }).nodes).toHaveLength(1);
   // With the lock held, the apply cannot have finished: the ticks ran while it was in progress.
   expect(pending.settled).toBe(false);
@@ -92,7 +92,7 @@ test("the main thread's event loop runs and reads are answered while the worker 
   lock.release();
   const outcome = await pending.promise;
   expect(outcome).toMatchObject({ kind: "committed", replayed: false });
-  expect(reader.getNode(outcome.kind === "committed" ? outcome.createdNodeId! : "")?.body).toHaveLength(131_072);
+  expect(reader.getNode({ nodeId: outcome.kind === "committed" ? outcome.createdNodeId! : "" })?.body).toHaveLength(131_072);
 });
 
 test("the reader does not see a writer's uncommitted changes", async () => {

@@ -7,10 +7,12 @@ import { ErrorDetailSchema } from "../../../../gen/laneway/errors/v1/errors_pb.j
 import type { Logger } from "../../../log/logger.js";
 import { parsedMessagesKey } from "../../wire/request-body.js";
 import { principalKey, type Principal } from "../../auth.js";
+import type { CallOutcome } from "../../core-binding.js";
 import type { LanewayMetrics, RpcEntry } from "./metrics.js";
 
 /**
- * Observes every RPC once: its metrics (src/server/services/observe/metrics.ts) and
+ * Observes every RPC once: its metrics (src/server/services/observe/metrics.ts),
+ * the domain metrics its core's binding declares (CoreBinding.metrics), and
  * one structured log line.
  *
  * A call refused by the request gate (no or unknown token, wrong
@@ -72,11 +74,6 @@ export function callSampleFromEnv(env: NodeJS.ProcessEnv = process.env): number 
   return Number.isInteger(value) && value > 0 ? value : 0;
 }
 
-/** A successful call's messages, for the domain metrics (request and, for unary calls, the response). */
-interface Outcome {
-  readonly request: unknown;
-  readonly response: unknown;
-}
 
 export class CallObserver {
   readonly #metrics: LanewayMetrics;
@@ -143,7 +140,7 @@ export class CallObserver {
     };
   }
 
-  #finish(service: DescService, method: DescMethod, values: ContextValues, started: number, error: unknown, outcome: Outcome | undefined): void {
+  #finish(service: DescService, method: DescMethod, values: ContextValues, started: number, error: unknown, outcome: CallOutcome | undefined): void {
     const seconds = (performance.now() - started) / 1000;
     let code = "ok";
     let reason = "";
@@ -157,11 +154,15 @@ export class CallObserver {
     let entry = codes.get(code);
     if (entry === undefined) codes.set(code, (entry = this.#metrics.rpcEntry(service.typeName, method.name, code)));
     this.#metrics.recordCall(entry, reason, seconds);
-    try {
-      if (outcome !== undefined) domainSuccess(this.#metrics, service.typeName, method.name, outcome);
-      else domainRefusal(this.#metrics, service.typeName, method.name, reason);
-    } catch {
-      // A message of an unexpected shape must not fail the call; it is only not counted.
+    // The domain metrics of the core whose service this is, as its binding declares them.
+    const feed = this.#metrics.feedOf(service.typeName);
+    if (feed !== undefined) {
+      try {
+        if (outcome !== undefined) feed.succeeded?.(service.typeName, method.name, outcome);
+        else feed.refused?.(service.typeName, method.name, reason === "" ? "unknown" : reason);
+      } catch {
+        // A message of an unexpected shape must not fail the call; it is only not counted.
+      }
     }
     const sampled = error === undefined && this.#sample > 0 && ++this.#successes % this.#sample === 0;
     const level = error !== undefined || sampled ? "info" : "debug";
@@ -178,106 +179,5 @@ export class CallObserver {
       peer: wire?.peer,
       requestBytes: values.get(parsedMessagesKey)?.receivedBytes || wire?.requestBytes,
     });
-  }
-}
-
-// ------------------------------------------------------------ domain metrics
-
-type Msg = Record<string, unknown> | undefined;
-
-const recordKinds: Record<number, string> = { 1: "event", 2: "work" };
-
-function field<T>(message: unknown, name: string): T | undefined {
-  return (message as Msg)?.[name] as T | undefined;
-}
-
-/** The counters a successful call moves besides its own, read from its request and response. */
-function domainSuccess(metrics: LanewayMetrics, service: string, method: string, { request, response }: Outcome): void {
-  switch (service) {
-    case "laneway.lane.v1.LaneService": {
-      const lane = field<string>(request, "lane") ?? "";
-      const group = field<string>(request, "group") ?? "";
-      switch (method) {
-        case "Publish":
-          published(metrics, lane, response);
-          return;
-        case "PublishBatch":
-          for (const result of field<unknown[]>(response, "results") ?? []) {
-            const outcome = field<{ case?: string; value?: unknown }>(result, "outcome");
-            if (outcome?.case === "published") published(metrics, lane, outcome.value);
-            else if (outcome?.case === "error") metrics.publishRefusals.inc({ reason: field<string>(outcome.value, "reason") ?? "" });
-          }
-          return;
-        case "Claim":
-          if (field<unknown>(response, "work") !== undefined) metrics.leased.inc({ lane, group });
-          return;
-        case "ClaimBatch": {
-          const n = field<unknown[]>(response, "work")?.length ?? 0;
-          if (n > 0) metrics.leased.inc({ lane, group }, n);
-          return;
-        }
-        case "Ack":
-        case "Nack":
-        case "Renew":
-          metrics.receipts.inc({ lane, group, operation: method.toLowerCase() });
-          return;
-        case "AckBatch":
-          return receipts(metrics, lane, group, "ack", field<unknown[]>(response, "results"), "acked");
-        case "NackBatch":
-          return receipts(metrics, lane, group, "nack", field<unknown[]>(response, "results"), "nacked");
-        case "RenewBatch":
-          return receipts(metrics, lane, group, "renew", field<unknown[]>(response, "results"), "renewed");
-        case "RecoverGroup":
-          metrics.recoveries.inc({ lane, group });
-          return;
-      }
-      return;
-    }
-    case "laneway.kmap.v1.KmapCommandService":
-      if (method === "SubmitCommand") metrics.kmapSubmitted.inc({ existing: field<boolean>(response, "existing") ? "true" : "false" });
-      return;
-    case "laneway.swarm.v1.HiveMemberService":
-      if (method === "Join" || method === "Refresh") metrics.minted.inc({ kind: method.toLowerCase() });
-      return;
-    case "laneway.swarm.v1.HiveHubService":
-      if (method === "RetireMember") metrics.revocations.inc();
-      else if (method === "Invite") metrics.invites.inc();
-      return;
-  }
-}
-
-function published(metrics: LanewayMetrics, lane: string, r: unknown): void {
-  if (r === undefined || field<boolean>(r, "duplicate")) return;
-  const record = field<unknown>(r, "record");
-  const kind = recordKinds[field<number>(record, "kind") ?? 0] ?? "unknown";
-  metrics.published.inc({ lane, kind });
-  metrics.publishedThrough(lane, Number(field<bigint>(record, "sequence") ?? 0));
-}
-
-function receipts(metrics: LanewayMetrics, lane: string, group: string, operation: string, results: unknown[] | undefined, okField: string): void {
-  for (const result of results ?? []) {
-    const outcome = field<{ case?: string; value?: unknown }>(result, "outcome");
-    if (outcome?.case === okField) metrics.receipts.inc({ lane, group, operation });
-    else if (outcome?.case === "error") metrics.receiptRefusals.inc({ operation, reason: field<string>(outcome.value, "reason") ?? "" });
-  }
-}
-
-/** The refusal counters a failed call moves, by its reason. */
-function domainRefusal(metrics: LanewayMetrics, service: string, method: string, reason: string): void {
-  if (reason === "") reason = "unknown";
-  switch (service) {
-    case "laneway.lane.v1.LaneService":
-      if (method === "Publish" || method === "PublishBatch") metrics.publishRefusals.inc({ reason });
-      else if (method === "Claim" || method === "ClaimBatch") metrics.receiptRefusals.inc({ operation: "claim", reason });
-      else if (["Ack", "Nack", "Renew", "AckBatch", "NackBatch", "RenewBatch"].includes(method)) {
-        metrics.receiptRefusals.inc({ operation: method.replace("Batch", "").toLowerCase(), reason });
-      }
-      return;
-    case "laneway.kmap.v1.KmapCommandService":
-      if (method === "SubmitCommand") metrics.kmapRefusals.inc({ reason });
-      return;
-    case "laneway.swarm.v1.HiveMemberService":
-      if (method === "Join" || method === "Refresh") metrics.mintRefusals.inc({ reason });
-      return;
   }
 }

@@ -1,5 +1,6 @@
 import type { Logger } from "../../../log/logger.js";
 import type { BrokerConnection } from "../../../nats/index.js";
+import type { CoreBinding } from "../../core-binding.js";
 import { CallObserver, callSampleFromEnv, noteCallWire } from "./call-observer.js";
 import { withHttpRoutes } from "./http-routes.js";
 import { LanewayMetrics } from "./metrics.js";
@@ -17,9 +18,10 @@ export interface Observation {
   close(): void;
 }
 
-export function openObservation(options: { broker: BrokerConnection; log: Logger; env?: NodeJS.ProcessEnv }): Observation {
+/** `cores`: every binding the server knows (served or not: /metrics lists the same families on every process). */
+export function openObservation(options: { broker: BrokerConnection; log: Logger; cores: readonly CoreBinding[]; env?: NodeJS.ProcessEnv }): Observation {
   const env = options.env ?? process.env;
-  const metrics = new LanewayMetrics({ broker: options.broker });
+  const metrics = new LanewayMetrics({ broker: options.broker, cores: options.cores });
   const calls = new CallObserver({ metrics, log: options.log, sampleSuccesses: callSampleFromEnv(env), debugEnabled: env.LANEWAY_LOG_LEVEL === "debug" });
   let closed = false;
   return {

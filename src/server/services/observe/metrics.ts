@@ -1,6 +1,6 @@
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
-import { coreReaders, installCoreEventSink } from "../../../observe/core-events.js";
+import { collectDefaultMetrics, Counter, Gauge, Registry } from "prom-client";
 import type { BrokerConnection, BrokerStateChange } from "../../../nats/index.js";
+import type { CoreBinding, CoreCallMetrics } from "../../core-binding.js";
 
 /**
  * Laneway's Prometheus metrics (`GET /metrics`, text exposition 0.0.4),
@@ -15,18 +15,17 @@ import type { BrokerConnection, BrokerStateChange } from "../../../nats/index.js
  *
  * The per-call path costs a map lookup and two increments: each
  * (method, code) pair's counter and histogram children are cached.
- * Per-group figures come from what the lanes core holds in memory for the
- * work it already did; the lanes' last sequences are read from the broker
- * (one stream-info request per lane, never per group) at most once per
- * refresh interval however often Prometheus scrapes.
+ *
+ * This registry holds the server's own metrics (per RPC, the NATS
+ * connection, prom-client's process metrics); each core's binding
+ * registers its own in it (CoreBinding.metrics) and the call observer
+ * feeds them from the calls to that core's services.
  */
 
 /** Latency buckets (seconds): 0.5 ms to 30 s, for unary calls and long claims alike. */
 const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
-/** Kmap submission-to-outcome buckets (seconds). */
-const APPLY_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 
-/** How often the lanes' last sequences may be read from the broker; `LANEWAY_METRICS_REFRESH_MS`, default 5 s. */
+/** How often a core's figures read from the broker (the lanes' last sequences) may be read again; `LANEWAY_METRICS_REFRESH_MS`, default 5 s. */
 export function metricsRefreshMs(env: NodeJS.ProcessEnv = process.env): number {
   const value = Number(env.LANEWAY_METRICS_REFRESH_MS);
   return Number.isFinite(value) && value >= 0 ? value : 5_000;
@@ -138,115 +137,31 @@ interface PromMetric {
 export class LanewayMetrics {
   readonly registry = new Registry();
   readonly #rpc = new RpcStats();
-  readonly published: Counter<"lane" | "kind">;
-  readonly publishRefusals: Counter<"reason">;
-  readonly leased: Counter<"lane" | "group">;
-  readonly receipts: Counter<"lane" | "group" | "operation">;
-  readonly receiptRefusals: Counter<"operation" | "reason">;
-  readonly recoveries: Counter<"lane" | "group">;
-  readonly kmapSubmitted: Counter<"existing">;
-  readonly kmapRefusals: Counter<"reason">;
-  readonly kmapCommitted: Counter;
-  readonly kmapFailed: Counter<"code">;
-  readonly kmapApply: Histogram<"outcome">;
-  readonly minted: Counter<"kind">;
-  readonly mintRefusals: Counter<"reason">;
-  readonly revocations: Counter;
-  readonly invites: Counter;
+  /** Each core service's domain metrics, by service type name (from its binding). */
+  readonly #feeds = new Map<string, CoreCallMetrics>();
+  readonly #cores: CoreCallMetrics[] = [];
   readonly natsReconnects: Counter;
   readonly natsDisconnects: Counter<"reason">;
   readonly natsSlowConsumers: Counter;
-  /** The highest sequence this process's publications reached per lane (read between broker refreshes). */
-  readonly #publishedThrough = new Map<string, number>();
-  #lastSequences: { at: number; values: ReadonlyMap<string, number>; pending?: Promise<ReadonlyMap<string, number>> } | undefined;
-  readonly #refreshMs: number;
-  readonly #uninstall: () => void;
   readonly #unsubscribe: (() => void) | undefined;
-  readonly #now: () => number;
 
-  constructor(options: { broker?: BrokerConnection; refreshMs?: number; now?: () => number } = {}) {
+  /**
+   * `cores`: the bindings whose metrics this registry holds (each registers
+   * its own, in the order given; see CoreBinding.metrics).
+   */
+  constructor(options: { broker?: BrokerConnection; refreshMs?: number; now?: () => number; cores?: readonly Pick<CoreBinding, "services" | "metrics">[] } = {}) {
     const registers = [this.registry];
-    this.#refreshMs = options.refreshMs ?? metricsRefreshMs();
-    this.#now = options.now ?? Date.now;
+    const context = { refreshMs: options.refreshMs ?? metricsRefreshMs(), now: options.now ?? Date.now };
     collectDefaultMetrics({ register: this.registry });
     const rpc = this.#rpc.metrics();
     this.registry.registerMetric(rpc.calls as never);
     this.registry.registerMetric(rpc.duration as never);
-    this.published = new Counter({ name: "laneway_lane_records_published_total", help: "Records stored by Publish and PublishBatch (duplicates not counted), by lane and kind.", labelNames: ["lane", "kind"], registers });
-    this.publishRefusals = new Counter({ name: "laneway_lane_publish_refusals_total", help: "Publications refused, by reason (lane_capacity when a lane is full).", labelNames: ["reason"], registers });
-    this.leased = new Counter({ name: "laneway_group_deliveries_leased_total", help: "Deliveries leased by Claim and ClaimBatch, by lane and group.", labelNames: ["lane", "group"], registers });
-    this.receipts = new Counter({ name: "laneway_group_receipts_total", help: "Receipts accepted, by lane, group and operation (ack, nack, renew).", labelNames: ["lane", "group", "operation"], registers });
-    this.receiptRefusals = new Counter({
-      name: "laneway_group_receipt_refusals_total",
-      help: "Receipt operations and claims refused, by operation (claim, ack, nack, renew) and reason (stale, lane_capacity, ...).",
-      labelNames: ["operation", "reason"],
-      registers,
-    });
-    this.recoveries = new Counter({ name: "laneway_group_recoveries_total", help: "Recoveries recorded by RecoverGroup, by lane and group.", labelNames: ["lane", "group"], registers });
-    this.kmapSubmitted = new Counter({ name: "laneway_kmap_commands_submitted_total", help: "Kmap commands accepted by SubmitCommand; existing=true for an identical earlier submission returned.", labelNames: ["existing"], registers });
-    this.kmapRefusals = new Counter({ name: "laneway_kmap_submit_refusals_total", help: "SubmitCommand calls refused, by reason (backlog_full, conflict, ...).", labelNames: ["reason"], registers });
-    this.kmapCommitted = new Counter({ name: "laneway_kmap_commands_committed_total", help: "Kmap commands committed by the command runtime.", registers });
-    this.kmapFailed = new Counter({ name: "laneway_kmap_commands_failed_total", help: "Kmap commands that failed for good, by rejection code.", labelNames: ["code"], registers });
-    this.kmapApply = new Histogram({
-      name: "laneway_kmap_apply_latency_seconds",
-      help: "Time from a Kmap command's submission to its outcome (committed or failed).",
-      labelNames: ["outcome"],
-      buckets: APPLY_BUCKETS,
-      registers,
-    });
-    new Gauge({
-      name: "laneway_kmap_backlog",
-      help: "Unfinished (Queued or Applying) Kmap commands.",
-      registers,
-      collect() {
-        const kmap = coreReaders().kmap?.();
-        if (kmap !== undefined) this.set(kmap.pending);
-      },
-    });
-    new Gauge({
-      name: "laneway_kmap_backlog_max",
-      help: "The most unfinished Kmap commands the lane accepts (--kmap-max-pending).",
-      registers,
-      collect() {
-        const kmap = coreReaders().kmap?.();
-        if (kmap !== undefined) this.set(kmap.maxPending);
-      },
-    });
-    this.minted = new Counter({ name: "laneway_hive_credentials_minted_total", help: "Hive member credentials minted, by kind (join, refresh).", labelNames: ["kind"], registers });
-    this.mintRefusals = new Counter({ name: "laneway_hive_credential_refusals_total", help: "Join and Refresh calls refused, by reason.", labelNames: ["reason"], registers });
-    this.revocations = new Counter({ name: "laneway_hive_revocations_total", help: "Hive members retired (their credentials revoked) by RetireMember.", registers });
-    this.invites = new Counter({ name: "laneway_hive_invites_total", help: "Hive member invites issued.", registers });
-
-    const metrics = this;
-    const groupGauge = (name: string, help: string, value: (g: GroupFigures) => number) =>
-      new Gauge({
-        name,
-        help,
-        labelNames: ["lane", "group"],
-        registers,
-        async collect() {
-          this.reset();
-          for (const g of await metrics.#groupFigures()) this.set({ lane: g.lane, group: g.group }, value(g));
-        },
-      });
-    groupGauge("laneway_group_leases", "Live leases of a work group, as this process last saw its ledger.", (g) => g.leases);
-    groupGauge("laneway_group_retries_waiting", "Deliveries of a work group waiting for a retry (nacked or lease expired).", (g) => g.retriesWaiting);
-    groupGauge("laneway_group_backlog", "A work group's backlog: records after its cursor plus its unfinished deliveries (an upper bound of its work: events after the cursor count too).", (g) => g.backlog);
-    groupGauge(
-      "laneway_group_oldest_unfinished_age_seconds",
-      "Age of the oldest unfinished delivery whose record this process read (0 when none is unfinished).",
-      (g) => g.oldestAgeSeconds,
-    );
-    new Gauge({
-      name: "laneway_lane_last_sequence",
-      help: "A lane's last stream sequence (read from the broker at most once per refresh interval, or this process's last publication if later).",
-      labelNames: ["lane"],
-      registers,
-      async collect() {
-        this.reset();
-        for (const [lane, last] of await metrics.#laneLast()) this.set({ lane }, last);
-      },
-    });
+    for (const binding of options.cores ?? []) {
+      const feed = binding.metrics?.(this.registry, context);
+      if (feed === undefined) continue;
+      this.#cores.push(feed);
+      for (const { service } of binding.services) this.#feeds.set(service.typeName, feed);
+    }
 
     this.natsReconnects = new Counter({ name: "laneway_nats_reconnects_total", help: "Times Laneway's NATS connection was established again after being lost.", registers });
     this.natsDisconnects = new Counter({ name: "laneway_nats_disconnects_total", help: "Times Laneway's NATS connection was lost, by reason.", labelNames: ["reason"], registers });
@@ -277,23 +192,13 @@ export class LanewayMetrics {
         if (reason === "slow_consumer") this.natsSlowConsumers.inc();
       }
     });
-    for (const state of ["join", "refresh"]) this.minted.inc({ kind: state }, 0);
-    this.kmapCommitted.inc(0);
-    this.revocations.inc(0);
-    this.invites.inc(0);
     this.natsReconnects.inc(0);
     this.natsSlowConsumers.inc(0);
+  }
 
-    this.#uninstall = installCoreEventSink({
-      kmapCommitted: (latencies) => {
-        this.kmapCommitted.inc(latencies.length);
-        for (const ms of latencies) this.kmapApply.observe({ outcome: "committed" }, Math.max(0, ms) / 1000);
-      },
-      kmapFailed: (code, ms) => {
-        this.kmapFailed.inc({ code });
-        this.kmapApply.observe({ outcome: "failed" }, Math.max(0, ms) / 1000);
-      },
-    });
+  /** The domain metrics of the core that offers `service` (undefined for a service that is no core's, or whose core declares none). */
+  feedOf(service: string): CoreCallMetrics | undefined {
+    return this.#feeds.get(service);
   }
 
   /** The per-RPC entry of one (service, method, code); callers may keep it. */
@@ -304,11 +209,6 @@ export class LanewayMetrics {
   /** Counts one call of an entry, with its reason and duration. */
   recordCall(entry: RpcEntry, reason: string, seconds: number): void {
     this.#rpc.record(entry, reason, seconds);
-  }
-
-  /** Notes a sequence this process's publication reached. */
-  publishedThrough(lane: string, sequence: number): void {
-    if (sequence > (this.#publishedThrough.get(lane) ?? 0)) this.#publishedThrough.set(lane, sequence);
   }
 
   /** The exposition. */
@@ -322,51 +222,7 @@ export class LanewayMetrics {
 
   close(): void {
     // The registry stays readable: a scrape during shutdown still answers.
-    this.#uninstall();
+    for (const core of this.#cores) core.close?.();
     this.#unsubscribe?.();
   }
-
-  /** Each lane's last sequence: the broker's, read at most once per refresh interval, or a later publication of this process. */
-  async #laneLast(): Promise<Map<string, number>> {
-    const reader = coreReaders().laneLastSequences;
-    const now = this.#now();
-    let cached = this.#lastSequences;
-    if (reader !== undefined && (cached === undefined || now - cached.at >= this.#refreshMs)) {
-      // Concurrent scrapes share one read.
-      const pending = cached?.pending ?? reader();
-      this.#lastSequences = { at: cached?.at ?? 0, values: cached?.values ?? new Map(), pending };
-      try {
-        cached = this.#lastSequences = { at: this.#now(), values: await pending };
-      } catch {
-        cached = this.#lastSequences = { at: this.#now(), values: cached?.values ?? new Map() };
-      }
-    }
-    const last = new Map(cached?.values ?? []);
-    for (const [lane, sequence] of this.#publishedThrough) if (sequence > (last.get(lane) ?? 0)) last.set(lane, sequence);
-    return last;
-  }
-
-  async #groupFigures(): Promise<GroupFigures[]> {
-    const groups = coreReaders().groups?.() ?? [];
-    if (groups.length === 0) return [];
-    const last = await this.#laneLast();
-    const now = this.#now();
-    return groups.map((g) => ({
-      lane: g.lane,
-      group: g.group,
-      leases: g.leases,
-      retriesWaiting: g.retriesWaiting,
-      backlog: Math.max(0, (last.get(g.lane) ?? g.cursor) - g.cursor) + g.unfinished,
-      oldestAgeSeconds: g.unfinished === 0 || g.oldestUnfinishedStoredAt === undefined ? 0 : Math.max(0, now - g.oldestUnfinishedStoredAt) / 1000,
-    }));
-  }
-}
-
-interface GroupFigures {
-  readonly lane: string;
-  readonly group: string;
-  readonly leases: number;
-  readonly retriesWaiting: number;
-  readonly backlog: number;
-  readonly oldestAgeSeconds: number;
 }
