@@ -21,6 +21,7 @@ import { HealthRollup, HealthStatus, healthRoutes } from "./health.js";
 import { DualProtocolListener } from "./listener.js";
 import { openObservation } from "./services/observe/index.js";
 import { reflectionRoutes } from "./reflection.js";
+import { fastPathValidator } from "./wire/fast-validation.js";
 import { lanewayNodeAdapter } from "./wire/node-adapter.js";
 
 /**
@@ -239,7 +240,7 @@ export class LanewayServer {
       };
       const handler = lanewayNodeAdapter({
         routes,
-        interceptors: [observe.calls.interceptor, errorMappingInterceptor(log, domainOf, new Map(bindings.map((b) => [b.errors.domain, b.errors]))), createValidateInterceptor({ validator: contractValidator })],
+        interceptors: [observe.calls.interceptor, errorMappingInterceptor(log, domainOf, new Map(bindings.map((b) => [b.errors.domain, b.errors]))), createValidateInterceptor({ validator: fastPathValidator(contractValidator) })],
         requestGate: observe.calls.gate(gate),
         observeRequest: observe.noteRequest,
         shutdownSignal: shutdown.signal,

@@ -104,13 +104,14 @@ export function lanewayNodeAdapter(options: LanewayAdapterOptions): (req: NodeRe
     let uReq: UniversalServerRequest;
     try {
       if (framing.get) req.url = checkedGetUrl(req.url ?? "", method, contextValues, parsed);
-      uReq = universalRequestFromNodeRequest(req, res, undefined, contextValues);
+      uReq = "stream" in req ? universalRequestFromNodeRequest(req, res as http2.Http2ServerResponse, undefined, contextValues) : http1Request(req, res as http.ServerResponse, contextValues, !framing.get);
     } catch {
       refuse(res, protocol, new ConnectError("the request has no authority (Host) header", Code.InvalidArgument), domain.invalidReason, domain.domain, 400);
       return;
     }
     if (!framing.get) {
-      uReq = { ...uReq, header: withoutEncoding(uReq.header), body: checkedBody(req, method, framing.framing, limits.maxRequestBytes, domain, parsed) };
+      // HTTP/1.1 requests come without the encoding headers already (http1Request).
+      uReq = { ...uReq, header: "stream" in req ? withoutEncoding(uReq.header) : uReq.header, body: checkedBody(req, method, framing.framing, limits.maxRequestBytes, domain, parsed) };
     }
     handler(uReq)
       .then((uRes) => universalResponseToNodeResponse(uRes, res))
@@ -162,11 +163,86 @@ function encodingOf(header: string): string | undefined {
   return value === "" || value === "identity" ? undefined : value;
 }
 
+/** The request headers that describe a body Connect no longer reads as the client sent it (see withoutEncoding). */
+const encodingHeaders: ReadonlySet<string> = new Set(["content-length", "content-encoding", "connect-content-encoding", "grpc-encoding"]);
+
 /** The headers Connect sees: the body it reads is already checked and uncompressed, so its length and encodings are no longer the client's. */
 function withoutEncoding(header: Headers): Headers {
   const copy = new Headers(header);
-  for (const name of ["content-length", "content-encoding", "connect-content-encoding", "grpc-encoding"]) copy.delete(name);
+  for (const name of encodingHeaders) copy.delete(name);
   return copy;
+}
+
+/**
+ * An HTTP/1.1 request as Connect's handlers take it: what connect-node's
+ * `universalRequestFromNodeRequest` builds, with two differences on the
+ * path every call takes.
+ *
+ * - The headers are converted once, leaving out the encoding headers when
+ *   the body is replaced by the checked one (`dropEncoding`).
+ * - The request's signal aborts when the client goes away (the request
+ *   fails, or the connection closes before the answer was written in
+ *   full), as there; but a call answered in full is not aborted when its
+ *   response closes. Nothing listens then (Connect ends each call's own
+ *   signal when the call ends), and an abort without a reason builds a
+ *   DOMException with a stack on every call.
+ */
+function http1Request(req: http.IncomingMessage, res: http.ServerResponse, contextValues: ReturnType<typeof createContextValues>, dropEncoding: boolean): UniversalServerRequest {
+  const authority = req.headers.host;
+  if (authority === undefined) throw new ConnectError("unable to determine request authority from Node.js server request", Code.Internal);
+  const controller = new AbortController();
+  const onError = (error: Error) => {
+    req.off("error", onError);
+    res.off("close", onClose);
+    controller.abort(connectErrorFromNodeReason(error));
+  };
+  // Node emits close on the request as soon as its body is read: the response's close is the end of the call.
+  const onClose = () => {
+    req.off("error", onError);
+    res.off("close", onClose);
+    if (req.errored) controller.abort(connectErrorFromNodeReason(req.errored));
+    else if (!res.writableFinished) controller.abort();
+  };
+  req.once("error", onError);
+  res.once("close", onClose);
+  // As connect-node converts them (Node's own merging of repeated headers included).
+  const header = new Headers();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined || (dropEncoding && encodingHeaders.has(name))) continue;
+    if (typeof value === "string") header.append(name, value);
+    else for (const each of value) header.append(name, each);
+  }
+  return {
+    httpVersion: req.httpVersion,
+    method: req.method ?? "",
+    url: new URL(req.url ?? "", `http://${authority}`).toString(),
+    header,
+    // Replaced by the checked body for every call that has one; a GET reads none.
+    body: req.iterator({ destroyOnReturn: false }),
+    signal: controller.signal,
+    contextValues,
+  };
+}
+
+/**
+ * A failure of the client's connection as a ConnectError, as connect-node
+ * reports it to a handler: a reset or destroyed stream is `aborted`, an
+ * unreachable peer `unavailable`, anything else `internal`.
+ */
+function connectErrorFromNodeReason(reason: unknown): ConnectError {
+  const codes: string[] = [];
+  for (let at: unknown = reason, depth = 0; at instanceof Error && depth < 16; at = at.cause, depth++) {
+    const code = (at as { code?: unknown }).code;
+    if (typeof code === "string") codes.push(code);
+  }
+  const code = codes.some((c) => c === "ERR_STREAM_WRITE_AFTER_END" || c === "ERR_STREAM_DESTROYED" || c === "ERR_HTTP2_INVALID_STREAM" || c === "ECONNRESET")
+    ? Code.Aborted
+    : codes.some((c) => c === "ETIMEDOUT" || c === "ENOTFOUND" || c === "EAI_AGAIN" || c === "ECONNREFUSED")
+      ? Code.Unavailable
+      : Code.Internal;
+  const error = ConnectError.from(reason, code);
+  if (error !== reason) error.cause = reason;
+  return error;
 }
 
 /** The request body as Connect will read it: checked as it streams; a problem becomes the domain's typed error. */
