@@ -87,6 +87,13 @@ test("every protocol answers the same replay page, and its binary form is the ge
   const response = await fetch(`${laneway.url}${path}?connect=v1&encoding=json&message=${encodeURIComponent(message)}`, { headers: { authorization: `Bearer ${token}` } });
   expect(response.status).toBe(200);
   expect(fromJson(ReplayResponseSchema, (await response.json()) as JsonValue)).toEqual(json);
+  // Connect GET in binary: answered in binary, with the same bytes as the POST.
+  const binaryGet = await fetch(`${laneway.url}${path}?connect=v1&encoding=proto&base64=1&message=${Buffer.from(request).toString("base64url")}`, {
+    headers: { authorization: `Bearer ${token}` },
+  });
+  expect(binaryGet.status).toBe(200);
+  expect(binaryGet.headers.get("content-type")).toBe("application/proto");
+  expect(Buffer.from(await binaryGet.arrayBuffer()).equals(canonical(json))).toBe(true);
 });
 
 test("every protocol follows with the same first page", async () => {

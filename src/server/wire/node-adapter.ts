@@ -296,8 +296,12 @@ function checkedGetUrl(url: string, method: DescMethod, contextValues: ReturnTyp
     else parsed.push(result.message);
   }
   if (problem !== undefined) contextValues.set(requestProblemKey, problem);
+  // Connect answers a GET in the encoding its query names: the stand-in keeps
+  // it (an empty message in either), so a binary GET is answered in binary.
+  const connect = params.get("connect") ?? "v1";
+  if (binary) return `${path}?${new URLSearchParams({ connect, encoding: "proto", base64: "1", message: "" }).toString()}`;
   const empty = Buffer.from(emptyBody({ enveloped: false, binary: false })).toString("utf8");
-  return `${path}?${new URLSearchParams({ connect: params.get("connect") ?? "v1", encoding: "json", message: empty }).toString()}`;
+  return `${path}?${new URLSearchParams({ connect, encoding: "json", message: empty }).toString()}`;
 }
 
 /**
