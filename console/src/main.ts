@@ -89,22 +89,24 @@ async function section(into: HTMLElement, title: string, id: string, body: () =>
 
 const views: Record<string, (el: HTMLElement) => Promise<void>> = { lanes: lanesView, group: groupView, kmap: kmapView, hive: hiveView };
 let current = "lanes";
+/** Counts show() calls: a view whose rendering an earlier call started must not undo a later call's choice. */
+let shown = 0;
 
 async function show(view: string): Promise<void> {
+  const mine = ++shown;
   current = view;
   streams.abort();
   streams = new AbortController();
   for (const button of document.querySelectorAll<HTMLButtonElement>("nav button")) button.classList.toggle("active", button.dataset.view === view);
-  for (const name of Object.keys(views)) {
-    const el = document.getElementById(`view-${name}`)!;
-    el.hidden = name !== view;
-    if (name === view) {
-      el.replaceChildren();
-      el.dataset.ready = "false";
-      await views[name]!(el);
-      el.dataset.ready = "true";
-    }
-  }
+  // Every view's visibility is decided before anything is awaited: a slower
+  // rendering started by an earlier call (a tab clicked while the first view
+  // still loads) cannot hide the view chosen after it.
+  for (const name of Object.keys(views)) document.getElementById(`view-${name}`)!.hidden = name !== view;
+  const el = document.getElementById(`view-${view}`)!;
+  el.replaceChildren();
+  el.dataset.ready = "false";
+  await views[view]!(el);
+  if (mine === shown) el.dataset.ready = "true";
 }
 
 async function lanesView(el: HTMLElement): Promise<void> {

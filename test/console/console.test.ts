@@ -167,6 +167,29 @@ test("hive: members and their grants render", async () => {
   await shoot(page, "hive");
 }, 120_000);
 
+test("a tab chosen while the first view is still loading stays shown when that view finishes", async () => {
+  const page = await context.newPage();
+  // The lanes view's Replay requests wait until the Kmap view is shown (the browser holds them; they then go to the server as sent).
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  await page.route("**/laneway.lane.v1.LaneService/Replay", async (route) => {
+    await released;
+    await route.continue();
+  });
+  await page.goto(`${laneway.url}/console/`);
+  await page.fill("#token", laneway.tokens.atlas);
+  await page.click("#token-form button[type=submit]");
+  await page.waitForSelector("#who[data-who]");
+  await page.click("nav button[data-view=kmap]");
+  await page.waitForSelector("#view-kmap[data-ready=true]");
+  release();
+  // The lanes view's rendering, started first, finishes after the Kmap view was chosen.
+  await page.waitForSelector("#view-lanes #registry", { state: "attached" });
+  expect(await page.isVisible("#view-kmap")).toBe(true);
+  expect(await page.isHidden("#view-lanes")).toBe(true);
+  await page.close();
+});
+
 test("a forbidden action shows its reason: a project token on the Kmap, the operator token on the lanes", async () => {
   const project = await openWith(laneway.tokens.atlas, "kmap");
   const refusal = await project.textContent("#commands .error");
