@@ -238,7 +238,9 @@ export async function startLanewayProcess(options: LanewayTestOptions = {}): Pro
       clients.closeAll();
       if (!done) child.kill("SIGKILL");
       await exited;
-      if (prepared.ownsDataDir) await rm(prepared.dataDir, { recursive: true, force: true });
+      // The embedded nats-server outlives a SIGKILLed Laneway for a moment and
+      // may still be writing its store: retry what it refills (ENOTEMPTY).
+      if (prepared.ownsDataDir) await rm(prepared.dataDir, { recursive: true, force: true, maxRetries: 30, retryDelay: 100 });
     },
   };
 }
