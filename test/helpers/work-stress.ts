@@ -13,6 +13,8 @@ import { retryDelayMs } from "../../src/lanes/index.js";
 import { startLanewayProcess, type ChildLaneway, type LanewayTestOptions, type TestTokens } from "./laneway.js";
 import { reasonOf, type LaneClient } from "./lanes.js";
 import { SeededRandom } from "./seeded-random.js";
+import { waitFor } from "./wait-for.js";
+import { inspectGroup } from "./work.js";
 
 /** One lease the test was granted. */
 export interface AuditLease {
@@ -384,4 +386,19 @@ export function checkAudit(
     }
   }
   return { violations, redelivered, maxAttempt };
+}
+
+/** The group `jobs`/`workers` as any living process of the fleet inspects it once the run is over (retried while processes restart). */
+export async function finalInspection(fleet: Fleet, beaconToken: string): Promise<Awaited<ReturnType<typeof inspectGroup>>> {
+  const client: LaneClient = fleet.any().clients.client(LaneService, { token: beaconToken });
+  return waitFor(
+    async () => {
+      try {
+        return await inspectGroup(client, "jobs", "workers");
+      } catch {
+        return undefined;
+      }
+    },
+    { timeoutMs: 60_000, what: "the final inspection" },
+  );
 }

@@ -4,9 +4,8 @@ import { generateTokens } from "../../helpers/laneway.js";
 import { type LaneClient } from "../../helpers/lanes.js";
 import { removeAllNatsClusters, startNatsCluster } from "../../helpers/nats-cluster.js";
 import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
-import { waitFor } from "../../helpers/wait-for.js";
 import { inspectGroup, publishWork } from "../../helpers/work.js";
-import { checkAudit, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
+import { checkAudit, finalInspection, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
 import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
@@ -123,17 +122,7 @@ async function stress(options: { label: string; fleet: Fleet; items: number; mid
   expect(acked.size + lostAnswers.size).toBe(options.items);
   expect(fleet.kills).toBeGreaterThan(0);
   // The ledger holds no unfinished delivery: every completion left its slot.
-  const client: LaneClient = fleet.any().clients.client(LaneService, { token: tokens.beacon });
-  const group = await waitFor(
-    async () => {
-      try {
-        return await inspectGroup(client, "jobs", "workers");
-      } catch {
-        return undefined;
-      }
-    },
-    { timeoutMs: 60_000, what: "the final inspection" },
-  );
+  const group = await finalInspection(fleet, tokens.beacon);
   expect(group.liveLeases).toBe(0);
   expect(group.deliveries).toEqual([]);
   expect(group.cursor).toBe(records[records.length - 1]!.sequence);

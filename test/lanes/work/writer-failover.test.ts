@@ -1,15 +1,14 @@
 import { afterAll, expect, test } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
-import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { decodeWriterLease, writerLeaseKey } from "../../../src/lanes/group-forwarding.js";
 import { metaBucket } from "../../../src/lanes/names.js";
 import { generateTokens, type ChildLaneway } from "../../helpers/laneway.js";
 import { buildLanesConfig } from "../../helpers/lanes-config.js";
 import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-server.js";
 import { waitFor } from "../../helpers/wait-for.js";
-import { inspectGroup, publishWork } from "../../helpers/work.js";
-import { checkAudit, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
+import { publishWork } from "../../helpers/work.js";
+import { checkAudit, finalInspection, Fleet, newAuditLog, runStress } from "../../helpers/work-stress.js";
 
 /**
  * One writer per shared group (docs/lanes-groups.md, "Concurrency"): three
@@ -131,17 +130,7 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
   expect(violations.slice(0, 20)).toEqual([]);
   expect([...audit.failures.keys()].filter((k) => k.includes("internal error"))).toEqual([]);
   expect(acked.size + lostAnswers.size).toBe(ITEMS);
-  const client = fleet.any().clients.client(LaneService, { token: tokens.beacon });
-  const group = await waitFor(
-    async () => {
-      try {
-        return await inspectGroup(client, "jobs", "workers");
-      } catch {
-        return undefined;
-      }
-    },
-    { timeoutMs: 60_000, what: "the final inspection" },
-  );
+  const group = await finalInspection(fleet, tokens.beacon);
   expect(group.liveLeases).toBe(0);
   expect(group.deliveries).toEqual([]);
   expect(group.cursor).toBe(records[records.length - 1]!.sequence);
