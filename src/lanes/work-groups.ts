@@ -1,5 +1,6 @@
 import type { GroupObservation } from "../observe/core-events.js";
 import { randomBytes } from "node:crypto";
+import { RequestError } from "@nats-io/transport-node";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { decodeEnvelope, recordOf, type Envelope } from "./envelope.js";
 import { LaneError } from "./errors.js";
@@ -1256,7 +1257,7 @@ class GroupActor {
       const reply = await nc.request(forwardSubject(this.#namespace.config.namespace, this.#lane, this.#group, target), encodeJson(request), { timeout });
       answer = decodeJson<ForwardAnswer>(reply.data);
       if (!Array.isArray(answer.results) || answer.results.length !== batch.length) throw new Error("an answer of another shape");
-    } catch {
+    } catch (error) {
       if (w.role === "forwarder" && w.target === target) {
         this.#options.log.info("the work group's writer did not answer: this process writes the group itself until the writer lease ends", {
           lane: this.#lane,
@@ -1268,8 +1269,25 @@ class GroupActor {
         if (w.failed.size > 16) w.failed.delete(w.failed.keys().next().value!);
         this.#become("direct");
       }
+      // Whether the writer applied the batch is unknown unless nobody listened
+      // on its subject (it had ended). Claims and renewals are applied here
+      // again: a claim applied twice leases one more delivery that runs out,
+      // a renewal extends what it extended. Acks and nacks are not: the
+      // writer may have completed them, and applied again after the
+      // completion left ack_retention they would answer lane_stale for work
+      // that was done. Their callers learn that the outcome is unknown and
+      // send them again, as after any lost answer.
+      const undelivered = error instanceof RequestError && error.isNoResponders();
+      const again = undelivered ? batch : batch.filter((op) => op.kind === "claim" || op.kind === "renew");
+      if (again.length < batch.length) {
+        const unknown = new LaneError(
+          "lane_unavailable",
+          "the work group's writing process did not answer, so whether it applied this ack or nack is unknown: send it again with the same receipt (an ack it applied answers duplicate)",
+        );
+        for (const op of batch) if (!again.includes(op)) op.settle.reject(unknown);
+      }
       // Applied here (or forwarded to a writer found meanwhile), in turn with this process's other operations.
-      this.#queue.unshift(...batch);
+      this.#queue.unshift(...again);
       this.#kick();
       return;
     }
