@@ -677,6 +677,8 @@ class GroupActor {
     /** The revision of the lease key this process last wrote (writer). */
     revision: 0,
     renewTimer: undefined as NodeJS.Timeout | undefined,
+    /** The look at the lease due when a writer that did not answer has lost its lease (see #lookAgainAt). */
+    lookTimer: undefined as NodeJS.Timeout | undefined,
     looking: false,
     lastLook: 0,
     /** The last operation this process's callers or forwarders brought (epoch ms). */
@@ -744,6 +746,8 @@ class GroupActor {
     this.#contention.watch = undefined;
     clearTimeout(this.#writer.renewTimer);
     this.#writer.renewTimer = undefined;
+    clearTimeout(this.#writer.lookTimer);
+    this.#writer.lookTimer = undefined;
     if (this.#held.length > 0) {
       this.#releaseHeld();
       this.#kick();
@@ -1179,6 +1183,7 @@ class GroupActor {
             this.#become("writer", undefined, lease.until);
           } else if ((w.failed.get(lease.process) ?? -1) >= lease.until) {
             this.#become("direct");
+            this.#lookAgainAt(lease.until);
           } else {
             this.#become("forwarder", lease.process, lease.until);
           }
@@ -1198,6 +1203,23 @@ class GroupActor {
     } finally {
       w.looking = false;
     }
+  }
+
+  /**
+   * After a writer that did not answer: looks at the lease again once that
+   * writer's lease has ended, so that one of the processes left takes it
+   * then, whether or not their writes meet meanwhile.
+   */
+  #lookAgainAt(until: number): void {
+    const w = this.#writer;
+    clearTimeout(w.lookTimer);
+    w.lookTimer = setTimeout(() => {
+      w.lookTimer = undefined;
+      if (this.#closed || w.role !== "direct") return;
+      w.lastLook = 0;
+      void this.#coordinate();
+    }, Math.max(0, until - this.#now()) + COORDINATE_MIN_MS);
+    w.lookTimer.unref?.();
   }
 
   /** While this process writes for others, it renews its lease every third of it; an idle group's lease lapses. */
@@ -1268,6 +1290,7 @@ class GroupActor {
         w.failed.set(target, w.until);
         if (w.failed.size > 16) w.failed.delete(w.failed.keys().next().value!);
         this.#become("direct");
+        this.#lookAgainAt(w.failed.get(target)!);
       }
       // Whether the writer applied the batch is unknown unless nobody listened
       // on its subject (it had ended). Claims and renewals are applied here

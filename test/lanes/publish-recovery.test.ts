@@ -40,7 +40,10 @@ const started: ChildLaneway[] = [];
 const pendingConfig = exampleLanesConfig({ namespace: "pending" });
 const pendingTokens = generateTokens();
 // Reservations and records of this namespace are retained for a few seconds.
-const delayedConfig = exampleLanesConfig({ namespace: "delayed", retention: "6s" });
+// Its operation_timeout is the longest allowed, so that a paused publisher's
+// call is still within it when it resumes (however long a busy machine
+// takes to get there) and it meets the fence, not its deadline.
+const delayedConfig = exampleLanesConfig({ namespace: "delayed", retention: "6s", operation_timeout: "5m" });
 const delayedTokens = generateTokens();
 const pausePoints = ["publish-after-reserve", "publish-after-append"] as const;
 let pendingDataDir: string;

@@ -64,6 +64,15 @@ async function leaseHolder(url: string): Promise<string | undefined> {
   }
 }
 
+/** When a Laneway log line was written (epoch ms; NaN for a line that is not a log record). */
+function loggedAt(line: string): number {
+  try {
+    return Date.parse((JSON.parse(line) as { time?: string }).time ?? "");
+  } catch {
+    return Number.NaN;
+  }
+}
+
 /** Whether a Laneway process logged that it took the group's writer lease under this process id. */
 const tookLease = (laneway: ChildLaneway, process: string) =>
   laneway.stderr.some((line) => line.includes("writes the work group") && line.includes(process));
@@ -106,12 +115,28 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
         }, { timeoutMs: 60_000, intervalMs: 100, what: "a process to hold the group's writer lease" });
         killed = writer.holder;
         console.log(`[writer failover] SIGKILL of the writer ${writer.holder} (slot ${writer.index}) at ${new Date().toISOString()}`);
+        const killedAt = Date.now();
         await f.killAndRestart(writer.index);
-        // The claimers go on meanwhile; a living process takes the lease once the dead writer's has ended.
-        successor = await waitFor(async () => {
-          const holder = await leaseHolder(url);
-          return holder !== undefined && holder !== killed ? holder : undefined;
-        }, { timeoutMs: 60_000, intervalMs: 100, what: "another process to take the writer lease" });
+        // The claimers go on meanwhile; a living process takes the lease once
+        // the dead writer's has ended: the lease key names it, or its log says
+        // so (on a busy machine a lease may lapse between renewals).
+        try {
+          successor = await waitFor(async () => {
+            const holder = await leaseHolder(url);
+            if (holder !== undefined && holder !== killed) return holder;
+            for (const i of [0, 1, 2]) {
+              const p = f.serving(i);
+              const took = p?.stderr.find((line) => line.includes("writes the work group") && !line.includes(killed!) && loggedAt(line) >= killedAt);
+              if (took !== undefined) return /"process":"([0-9a-f]{16})"/.exec(took)?.[1];
+            }
+            return undefined;
+          }, { timeoutMs: 120_000, intervalMs: 100, what: "another process to take the writer lease" });
+        } catch (error) {
+          for (const i of [0, 1, 2]) {
+            for (const line of f.serving(i)?.stderr ?? []) if (line.includes("writer") || line.includes("forwards")) console.log(`[writer failover] slot ${i}: ${line.slice(0, 300)}`);
+          }
+          throw error;
+        }
         console.log(`[writer failover] writer lease taken over by ${successor} at ${new Date().toISOString()}`);
       },
     },
