@@ -50,7 +50,7 @@ function display(label: string): (p: MigrationProgress) => void {
 
 if (spec.mode === "bus") {
   const bus = await openBus({ backend: "nats", url: spec.url, ...(spec.credentials ? { credentials: spec.credentials } : {}), scoped: true, bind: false, connectionName: "bench-hub-migrate" });
-  const result = await bus.migrateQueue(spec.swarm, name, {}, { onProgress: display("migrateQueue") });
+  const result = await bus.migrateQueue({ swarm: spec.swarm, name, onProgress: display("migrateQueue") });
   moved = result.copied + result.skipped;
   await bus.close();
 } else {

@@ -10,7 +10,15 @@
  * too; a member never needs it.
  */
 export { LegacyStateOwnershipError, ownStateCommand } from "./errors.js";
-export { MIGRATION_PAUSE_POINTS, type MigrationProgress, type MigrationResult } from "./migration.js";
+export {
+  MIGRATION_PAUSE_POINTS,
+  type MigrateDeadParams,
+  type MigrateQueueParams,
+  type MigrateStateParams,
+  type MigrationParams,
+  type MigrationProgress,
+  type MigrationResult,
+} from "./migration.js";
 export { BUS_HEADERS, deadMarkSubject, legacyQueueStreamName, queueMarkSubject, stateMarkSubject } from "./names.js";
 export { EventFanIn, type FanInSource, type FannedInEvent } from "./fan-in.js";
 export { hiveEnvLines, inviteEnvLines } from "./member-env.js";

@@ -68,7 +68,7 @@ import { createHash } from "node:crypto";
 import { deadLetterSubject, deadStream, GLOBAL_STREAMS, stateStream, type SwarmLane, type SwarmStream } from "./stream-names.js";
 import { swarmNameProblem } from "./swarm-names.js";
 import type { QueuePolicy } from "./config.js";
-import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, MigrationRefusedError } from "./errors.js";
+import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, MigrationRefusedError, SwarmError } from "./errors.js";
 import { adoptLegacyMark, pruneMarks, readMark, writeMark, type AdoptableMark, type MigrationMark, type RecordedRevisions } from "./migration-mark.js";
 import {
   BUS_HEADERS,
@@ -104,11 +104,43 @@ export interface MigrationProgress {
   readonly total: number;
 }
 
-export interface MigrationOptions {
+/** What every migration takes: the swarm it moves into, and how it reports. */
+export interface MigrationParams {
+  /** The swarm the legacy messages belong to and move into. */
+  readonly swarm: string;
   /** Called after each message; a returned promise is awaited. */
   readonly onProgress?: (progress: MigrationProgress) => void | Promise<void>;
   /** Fault injection (tests only): {@link MIGRATION_PAUSE_POINTS}. */
   readonly pausePoints?: PausePoints;
+}
+
+/** {@link migrateState}: the named keys of legacy `KV_<bucket>`. */
+export interface MigrateStateParams extends MigrationParams {
+  /** The legacy KV bucket. */
+  readonly bucket: string;
+  /** The keys the swarm owns in it (none: the swarm takes ownership of the bucket with no legacy key). */
+  readonly keys: readonly string[];
+}
+
+/** {@link migrateQueue}: the undelivered work of one legacy lane queue. */
+export interface MigrateQueueParams extends MigrationParams {
+  /** The legacy queue's subject, `swarm.<swarm>.ready.<lane>`. */
+  readonly name: string;
+  /** The target queue's policy (default: the library's). */
+  readonly policy?: QueuePolicy;
+}
+
+/** {@link migrateDead}: the swarm's letters in the legacy dead-letter stream. */
+export type MigrateDeadParams = MigrationParams;
+
+/**
+ * After each message: a migration whose signal was aborted stops there
+ * (its pending mark stays, so a repeat resumes), then the caller hears of
+ * the progress.
+ */
+async function stepDone(params: MigrationParams, signal: AbortSignal | undefined, progress: MigrationProgress): Promise<void> {
+  if (signal?.aborted) throw new SwarmError("swarm_unavailable", "the migration was stopped because its call ended; repeat it to resume");
+  await params.onProgress?.(progress);
 }
 
 /**
@@ -157,12 +189,13 @@ export interface MigrationContext {
  * state stream is created over a legacy bucket that holds other swarms'
  * entries) and a complete mark with no key records it: outcome `owned`.
  */
-export async function migrateState(ctx: MigrationContext, swarm: string, bucket: string, keys: readonly string[], options: MigrationOptions = {}): Promise<MigrationResult> {
+export async function migrateState(ctx: MigrationContext, params: MigrateStateParams, signal?: AbortSignal): Promise<MigrationResult> {
+  const { swarm, bucket, keys } = params;
   guard(ctx, swarm);
   if (!isBucketName(bucket)) throw new BusRefusedError(BUS_OWN_TEXTS.invalidBucket(bucket));
   for (const key of keys) if (!isStateKey(key)) throw new BusRefusedError(BUS_OWN_TEXTS.invalidKey(key));
   const owned = [...new Set(keys)].sort();
-  const pause = options.pausePoints ?? noPausePoints;
+  const pause = params.pausePoints ?? noPausePoints;
   if (owned.length > MAX_MIGRATION_KEYS) throw new BusRefusedError(BUS_OWN_TEXTS.tooManyKeys(MAX_MIGRATION_KEYS));
   const { streams } = ctx;
   const jsm = streams.jsm();
@@ -246,7 +279,7 @@ export async function migrateState(ctx: MigrationContext, swarm: string, bucket:
       pause.reached("migration-after-copy", `state:${message.seq}`);
       copied += 1;
     }
-    await options.onProgress?.({ copied, skipped, total });
+    await stepDone(params, signal, { copied, skipped, total });
   }
 
   // A key written (put, delete or purge) since the revisions were recorded has another last revision now.
@@ -265,9 +298,10 @@ export async function migrateState(ctx: MigrationContext, swarm: string, bucket:
 }
 
 /** Moves the undelivered work of legacy queue `name` (`swarm.<swarm>.ready.<lane>`) into the swarm's lane queue. */
-export async function migrateQueue(ctx: MigrationContext, swarm: string, name: string, policy: QueuePolicy = {}, options: MigrationOptions = {}): Promise<MigrationResult> {
+export async function migrateQueue(ctx: MigrationContext, params: MigrateQueueParams, signal?: AbortSignal): Promise<MigrationResult> {
+  const { swarm, name, policy = {} } = params;
   guard(ctx, swarm);
-  const pause = options.pausePoints ?? noPausePoints;
+  const pause = params.pausePoints ?? noPausePoints;
   const route = routeQueue("scoped", swarm, name);
   if (route.mode !== "scoped") throw new BusRefusedError(BUS_TEXTS.queueNotOfSwarm(name, swarm));
   const { streams } = ctx;
@@ -360,7 +394,7 @@ export async function migrateQueue(ctx: MigrationContext, swarm: string, name: s
     for (const m of movable) {
       if (copies.has(m.seq)) skipped += 1;
       else copied += 1;
-      await options.onProgress?.({ copied, skipped, total });
+      await stepDone(params, signal, { copied, skipped, total });
     }
     if (firstBad >= 0) {
       for (const m of batch.slice(firstBad)) m.nak();
@@ -373,9 +407,10 @@ export async function migrateQueue(ctx: MigrationContext, swarm: string, name: s
 }
 
 /** Moves the swarm's letters (`dead.<swarm>`) from the legacy dead-letter stream into its own. */
-export async function migrateDead(ctx: MigrationContext, swarm: string, options: MigrationOptions = {}): Promise<MigrationResult> {
+export async function migrateDead(ctx: MigrationContext, params: MigrateDeadParams, signal?: AbortSignal): Promise<MigrationResult> {
+  const { swarm } = params;
   guard(ctx, swarm);
-  const pause = options.pausePoints ?? noPausePoints;
+  const pause = params.pausePoints ?? noPausePoints;
   const { streams } = ctx;
   const jsm = streams.jsm();
   const js = streams.js();
@@ -420,7 +455,7 @@ export async function migrateDead(ctx: MigrationContext, swarm: string, options:
       pause.reached("migration-after-copy", `dead:${letter.seq}`);
       copied += 1;
     }
-    await options.onProgress?.({ copied, skipped, total });
+    await stepDone(params, signal, { copied, skipped, total });
   }
   if (letters.length > 0) await purge(streams, source, { filter: sourceSubject, seq: startSeq + 1 });
   pause.reached("migration-before-complete", `dead:${swarm}`);

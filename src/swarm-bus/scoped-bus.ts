@@ -28,7 +28,7 @@ import { deadLetterFilters, deadLetterHeaders, deadLetterName, type DeadLetterOp
 import { EventFanIn, type FanInOptions } from "./fan-in.js";
 import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, BusResourceMissingError, LegacyStateOwnershipError, MigrationRefusedError } from "./errors.js";
 import { publishFirst, PublishPreference, readPage, type Published, type ReadOptions, type ReadPage } from "./events.js";
-import { migrateDead, migrateQueue, migrateState, prepareMarkSubject, type MigrationContext, type MigrationOptions, type MigrationResult } from "./migration.js";
+import { migrateDead, migrateQueue, migrateState, prepareMarkSubject, type MigrateDeadParams, type MigrateQueueParams, type MigrateStateParams, type MigrationContext, type MigrationResult } from "./migration.js";
 import { refuseWhilePending } from "./migration-mark.js";
 import { queueMarkSubject, stateMarkSubject } from "./names.js";
 import { WorkQueue } from "./queue.js";
@@ -224,19 +224,19 @@ export class Bus {
     return new EventFanIn({ streams: this.#core.streams, mode: this.#core.mode, provisioning: this.provisioning }, options);
   }
 
-  /** Moves the named keys of legacy `KV_<bucket>` into the swarm's state stream (see migration.ts). */
-  migrateState(swarm: string, bucket: string, keys: readonly string[], options: MigrationOptions = {}): Promise<MigrationResult> {
-    return migrateState(this.#migration(), swarm, bucket, keys, options);
+  /** Moves the named keys of legacy `KV_<bucket>` into the swarm's state stream (see migration.ts); an aborted signal stops it at the next message. */
+  migrateState(params: MigrateStateParams, signal?: AbortSignal): Promise<MigrationResult> {
+    return migrateState(this.#migration(), params, signal);
   }
 
   /** Moves the undelivered work of the legacy queue `name` (`swarm.<swarm>.ready.<lane>`) into the lane queue. */
-  migrateQueue(swarm: string, name: string, policy: QueuePolicy = {}, options: MigrationOptions = {}): Promise<MigrationResult> {
-    return migrateQueue(this.#migration(), swarm, name, policy, options);
+  migrateQueue(params: MigrateQueueParams, signal?: AbortSignal): Promise<MigrationResult> {
+    return migrateQueue(this.#migration(), params, signal);
   }
 
   /** Moves the swarm's letters from the legacy dead-letter stream into its own. */
-  migrateDead(swarm: string, options: MigrationOptions = {}): Promise<MigrationResult> {
-    return migrateDead(this.#migration(), swarm, options);
+  migrateDead(params: MigrateDeadParams, signal?: AbortSignal): Promise<MigrationResult> {
+    return migrateDead(this.#migration(), params, signal);
   }
 
   /** Closes the connection when the bus opened it. */

@@ -47,7 +47,10 @@ import {
   type EventFanIn,
   type FanInSource,
   type FannedInEvent,
-  type MigrationProgress,
+  type MigrateDeadParams as BusMigrateDeadParams,
+  type MigrateQueueParams as BusMigrateQueueParams,
+  type MigrateStateParams as BusMigrateStateParams,
+  type MigrationParams as BusMigrationParams,
   type MigrationResult,
 } from "../swarm-bus/internal.js";
 import { SwarmError } from "../swarm-bus/index.js";
@@ -105,27 +108,15 @@ export interface HubBusOptions {
   readonly maxSwarms?: number;
 }
 
-/** What every migration names: its swarm, and who hears of its progress. */
-export interface MigrationParams {
-  readonly swarm: string;
-  readonly onProgress?: (progress: MigrationProgress) => void | Promise<void>;
-}
-
-export interface MigrateStateParams extends MigrationParams {
-  /** The legacy KV bucket. */
-  readonly bucket: string;
-  /** The keys the swarm owns in it. */
-  readonly keys: readonly string[];
-}
-
-export interface MigrateQueueParams extends MigrationParams {
-  /** The legacy queue's subject. */
-  readonly name: string;
-  /** The target queue's policy (default: the library's). */
-  readonly policy?: QueuePolicy;
-}
-
-export type MigrateDeadParams = MigrationParams;
+/**
+ * What the hub's migrations take: the bus's own params (src/swarm-bus,
+ * migration.ts) without its pause points, which the hub sets from its
+ * options.
+ */
+export type MigrationParams = Omit<BusMigrationParams, "pausePoints">;
+export type MigrateStateParams = Omit<BusMigrateStateParams, "pausePoints">;
+export type MigrateQueueParams = Omit<BusMigrateQueueParams, "pausePoints">;
+export type MigrateDeadParams = Omit<BusMigrateDeadParams, "pausePoints">;
 
 /**
  * What the hub's operator RPCs use: one params object per migration and the
@@ -298,18 +289,15 @@ export class HubBus implements HubMigrator, HubProvisioner {
   }
 
   migrateState(params: MigrateStateParams, signal?: AbortSignal): Promise<MigrationResult> {
-    const { swarm, bucket, keys } = params;
-    return this.#migrate("state", swarm, () => this.#bus.migrateState(swarm, bucket, keys, this.#migrationOptions(params, signal)));
+    return this.#migrate("state", params.swarm, () => this.#bus.migrateState({ ...params, pausePoints: this.#pause }, signal));
   }
 
   migrateQueue(params: MigrateQueueParams, signal?: AbortSignal): Promise<MigrationResult> {
-    const { swarm, name, policy = {} } = params;
-    return this.#migrate("queue", swarm, () => this.#bus.migrateQueue(swarm, name, policy, this.#migrationOptions(params, signal)));
+    return this.#migrate("queue", params.swarm, () => this.#bus.migrateQueue({ ...params, pausePoints: this.#pause }, signal));
   }
 
   migrateDead(params: MigrateDeadParams, signal?: AbortSignal): Promise<MigrationResult> {
-    const { swarm } = params;
-    return this.#migrate("dead", swarm, () => this.#bus.migrateDead(swarm, this.#migrationOptions(params, signal)));
+    return this.#migrate("dead", params.swarm, () => this.#bus.migrateDead({ ...params, pausePoints: this.#pause }, signal));
   }
 
   /** Stops the fan-in (events being handled finish first); the connection is the hub's and stays open. */
@@ -372,16 +360,6 @@ export class HubBus implements HubMigrator, HubProvisioner {
     const key = this.#handled.has(named) || this.#handled.size < this.#maxSwarms ? named : "(other)";
     this.#handled.set(key, (this.#handled.get(key) ?? 0) + 1);
     this.#o.log.debug("hub event fanned in", { stream: event.source, seq: event.seq, subject: event.subject, swarm: key, deliveries: event.deliveryCount });
-  }
-
-  #migrationOptions({ onProgress }: MigrationParams, signal: AbortSignal | undefined) {
-    return {
-      pausePoints: this.#pause,
-      onProgress: async (progress: MigrationProgress) => {
-        if (signal?.aborted) throw new SwarmError("swarm_unavailable", "the migration was stopped because its call ended; repeat it to resume");
-        await onProgress?.(progress);
-      },
-    };
   }
 
   async #migrate(kind: "state" | "queue" | "dead", swarm: string, run: () => Promise<MigrationResult>): Promise<MigrationResult> {

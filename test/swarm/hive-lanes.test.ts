@@ -261,7 +261,7 @@ test("a snapshot reports the hub's migration marks: pending while an import copi
   const migrationsOf = (e: Event) => (e.payload["state"] as { migrations: unknown }).migrations;
   try {
     let during: Event | undefined;
-    const result = await bus.migrateDead("rig", {
+    const result = await bus.migrateDead({ swarm: "rig",
       // After the first letter is copied (the mark is pending), a snapshot is asked for and awaited.
       onProgress: async () => {
         if (during !== undefined) return;

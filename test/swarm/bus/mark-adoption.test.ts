@@ -46,7 +46,7 @@ test("a pending mark an earlier version left is adopted at provisioning: members
   const member = await hive.memberBus("hive-up", ["up"]);
   await expect(member.bus.forSwarm("up").queue("swarm.up.ready.eng")).rejects.toThrow("scoped queue migration is incomplete");
   // The legacy queue is gone: the repeat completes the adopted mark.
-  expect(await hub.migrateQueue("up", "swarm.up.ready.eng")).toMatchObject({ outcome: "moved", copied: 0 });
+  expect(await hub.migrateQueue({ swarm: "up", name: "swarm.up.ready.eng" })).toMatchObject({ outcome: "moved", copied: 0 });
   await member.bus.forSwarm("up").queue("swarm.up.ready.eng");
 });
 

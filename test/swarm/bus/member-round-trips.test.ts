@@ -247,7 +247,7 @@ describe("legacy state requires explicit key ownership", () => {
     await expect(jsm.streams.info(stateStream("ownership", "hive-presence").name)).rejects.toThrow();
     expect((await jsm.streams.info(stateStream("ownership", "spoke-work").name)).config.max_msgs_per_subject).toBe(64);
     // Migrating the keys the swarm owns creates it.
-    await hub.migrateState("ownership", "hive-presence", []);
+    await hub.migrateState({ swarm: "ownership", bucket: "hive-presence", keys: [] });
     await hub.forSwarm("ownership").state("hive-presence");
   });
 });

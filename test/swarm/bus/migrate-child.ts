@@ -27,9 +27,9 @@ const bus = await openBus({ backend: "nats", url: spec.url, credentials: spec.cr
 const options = { pausePoints: pausePointsFromSetting(spec.pauseAt, MIGRATION_PAUSE_POINTS) };
 const result =
   spec.kind === "state"
-    ? await bus.migrateState(spec.swarm, spec.bucket!, spec.keys!, options)
+    ? await bus.migrateState({ swarm: spec.swarm, bucket: spec.bucket!, keys: spec.keys!, ...options })
     : spec.kind === "queue"
-      ? await bus.migrateQueue(spec.swarm, spec.name!, {}, options)
-      : await bus.migrateDead(spec.swarm, options);
+      ? await bus.migrateQueue({ swarm: spec.swarm, name: spec.name!, ...options })
+      : await bus.migrateDead({ swarm: spec.swarm, ...options });
 process.stdout.write(`done ${JSON.stringify(result)}\n`);
 await bus.close();

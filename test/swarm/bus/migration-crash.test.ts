@@ -82,7 +82,7 @@ describe("migrateQueue, hub killed", () => {
     await expect(member.bus.forSwarm(swarm).queue(name)).rejects.toThrow("scoped queue migration is incomplete");
 
     // The repeat waits out the legacy consumer's ack wait for the batch the killed hub held.
-    const result = await hub.migrateQueue(swarm, name);
+    const result = await hub.migrateQueue({ swarm: swarm, name: name });
     expect(result.outcome).toBe("moved");
     expect(await markOf(queueStream(swarm, "eng").name, queueMarkSubject(swarm, "eng"))).toBe("complete");
     const items = await drainQueue(swarm);
@@ -111,7 +111,7 @@ describe("migrateState, hub killed", () => {
     const target = stateStream(swarm, "spoke-work").name;
     expect(await markOf(target, stateMarkSubject(swarm, "spoke-work"))).toBe("pending");
 
-    expect(await hub.migrateState(swarm, "spoke-work", keys)).toMatchObject({ outcome: "moved", total: 6 });
+    expect(await hub.migrateState({ swarm: swarm, bucket: "spoke-work", keys: keys })).toMatchObject({ outcome: "moved", total: 6 });
     expect(await markOf(target, stateMarkSubject(swarm, "spoke-work"))).toBe("complete");
     const state = await hub.forSwarm(swarm).state("spoke-work");
     expect((await state.history(`${swarm}-k0`)).map((e) => e.string())).toEqual(["v0", "v2", "v4"]);
@@ -133,7 +133,7 @@ describe("migrateDead, hub killed", () => {
     await killHubAt({ kind: "dead", swarm, pauseAt });
     expect(await markOf(deadStream(swarm).name, deadMarkSubject(swarm))).toBe("pending");
 
-    expect(await hub.migrateDead(swarm)).toMatchObject({ outcome: "moved" });
+    expect(await hub.migrateDead({ swarm: swarm })).toMatchObject({ outcome: "moved" });
     expect(await markOf(deadStream(swarm).name, deadMarkSubject(swarm))).toBe("complete");
     const page = await hub.forSwarm(swarm).readDeadLetters();
     expect(page.messages.map((m) => m.event?.id)).toEqual([0, 1, 2, 3]);

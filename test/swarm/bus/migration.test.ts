@@ -69,7 +69,7 @@ describe("migrateState", () => {
     const progress: MigrationProgress[] = [];
     const { jsm } = await hive.admin();
     const marks: string[] = [];
-    const result = await hub.migrateState("rig", "spoke-work", ["claim-1", "claim-2"], {
+    const result = await hub.migrateState({ swarm: "rig", bucket: "spoke-work", keys: ["claim-1", "claim-2"],
       onProgress: async (p) => {
         progress.push(p);
         marks.push((await readMark(jsm, stateStream("rig", "spoke-work").name, stateMarkSubject("rig", "spoke-work")))!.mark.status);
@@ -100,11 +100,11 @@ describe("migrateState", () => {
     expect(await kv.get("claim-1")).toBeNull();
     expect(text((await kv.get("not-rig"))!.value)).toBe("kept");
 
-    const repeat = await hub.migrateState("rig", "spoke-work", ["claim-2", "claim-1"]);
+    const repeat = await hub.migrateState({ swarm: "rig", bucket: "spoke-work", keys: ["claim-2", "claim-1"] });
     expect(repeat).toMatchObject({ outcome: "already-complete", copied: 0 });
     expect((await state.history("claim-1")).length).toBe(5);
 
-    const changed = await refusal(hub.migrateState("rig", "spoke-work", ["claim-1"]));
+    const changed = await refusal(hub.migrateState({ swarm: "rig", bucket: "spoke-work", keys: ["claim-1"] }));
     expect(changed).toBeInstanceOf(MigrationRefusedError);
     expect(changed.message).toBe("state migration ownership or source revisions changed");
   });
@@ -115,7 +115,7 @@ describe("migrateState", () => {
     await kv.put("w-2", "two");
     let raced = false;
     const error = await refusal(
-      hub.migrateState("racing", "spoke-pending", ["w-1", "w-2"], {
+      hub.migrateState({ swarm: "racing", bucket: "spoke-pending", keys: ["w-1", "w-2"],
         onProgress: async () => {
           if (raced) return;
           raced = true;
@@ -133,7 +133,7 @@ describe("migrateState", () => {
     expect(incomplete).toBeInstanceOf(MigrationIncompleteError);
     expect(incomplete.message).toBe("scoped state migration is incomplete");
 
-    const repeat = await refusal(hub.migrateState("racing", "spoke-pending", ["w-1", "w-2"]));
+    const repeat = await refusal(hub.migrateState({ swarm: "racing", bucket: "spoke-pending", keys: ["w-1", "w-2"] }));
     expect(repeat.message).toBe("state migration ownership or source revisions changed");
   });
 
@@ -141,14 +141,14 @@ describe("migrateState", () => {
     const kv = await legacyBucket("hive-executions");
     for (let i = 0; i < 6; i++) await kv.put(`e-${i % 3}`, `v${i}`);
     const keys = ["e-0", "e-1", "e-2"];
-    await expect(hub.migrateState("resumed", "hive-executions", keys, { onProgress: interruptAfter(4) })).rejects.toBeInstanceOf(Interrupted);
+    await expect(hub.migrateState({ swarm: "resumed", bucket: "hive-executions", keys, onProgress: interruptAfter(4) })).rejects.toBeInstanceOf(Interrupted);
     const { jsm } = await hive.admin();
     const target = stateStream("resumed", "hive-executions").name;
     expect((await readMark(jsm, target, stateMarkSubject("resumed", "hive-executions")))!.mark.status).toBe("pending");
     const member = await hive.memberBus("hive-resumed", ["resumed"]);
     await expect(member.bus.forSwarm("resumed").state("hive-executions")).rejects.toThrow("scoped state migration is incomplete");
 
-    const result = await hub.migrateState("resumed", "hive-executions", keys);
+    const result = await hub.migrateState({ swarm: "resumed", bucket: "hive-executions", keys: keys });
     expect(result).toMatchObject({ outcome: "moved", copied: 2, skipped: 4, total: 6 });
     expect((await readMark(jsm, target, stateMarkSubject("resumed", "hive-executions")))!.mark.status).toBe("complete");
     const state = await member.bus.forSwarm("resumed").state("hive-executions");
@@ -169,7 +169,7 @@ describe("migrateState", () => {
     await state.put("started-1", "live write");
     const kv = await legacyBucket("execution-starts");
     await kv.put("started-0", "legacy");
-    const error = await refusal(hub.migrateState("live", "execution-starts", ["started-0"]));
+    const error = await refusal(hub.migrateState({ swarm: "live", bucket: "execution-starts", keys: ["started-0"] }));
     expect(error).toBeInstanceOf(MigrationRefusedError);
     expect(error.message).toBe("the scoped state stream already has live writes");
   });
@@ -202,7 +202,7 @@ describe("migrateQueue", () => {
     const { jsm } = await hive.admin();
     const target = queueStream("rig", "eng").name;
     const markStatus = async () => (await readMark(jsm, target, queueMarkSubject("rig", "eng")))!.mark.status;
-    const result = await hub.migrateQueue("rig", "swarm.rig.ready.eng", {}, {
+    const result = await hub.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.eng",
       onProgress: async (p) => {
         progress.push(`${p.copied}/${p.total}`);
         expect(await markStatus()).toBe("pending");
@@ -224,7 +224,7 @@ describe("migrateQueue", () => {
     ]);
     expect(items.every((item) => item.priorAttempts === item.attempt - 1)).toBe(true);
 
-    expect(await hub.migrateQueue("rig", "swarm.rig.ready.eng")).toMatchObject({ outcome: "already-complete", copied: 0 });
+    expect(await hub.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.eng" })).toMatchObject({ outcome: "already-complete", copied: 0 });
     expect(await queue.take({ maxWaitMs: 1_000 })).toBeUndefined();
     // What stays: the latest mark (older ones pruned), and nothing in the legacy queue.
     expect((await jsm.streams.info(target)).state.messages).toBe(1);
@@ -236,7 +236,7 @@ describe("migrateQueue", () => {
     await legacy.offer({ swarm: "rig", job: "a" });
     await legacy.offer({ swarm: "other", job: "foreign" });
     await legacy.offer({ swarm: "rig", job: "b" });
-    const error = await refusal(hub.migrateQueue("rig", "swarm.rig.ready.ci"));
+    const error = await refusal(hub.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.ci" }));
     expect(error).toBeInstanceOf(MigrationRefusedError);
     expect(error.message).toBe("legacy queue changed or contains work for another swarm");
 
@@ -249,7 +249,7 @@ describe("migrateQueue", () => {
     const foreign = (await legacy.take())!;
     expect(foreign.event).toEqual({ swarm: "other", job: "foreign" });
     await foreign.ack();
-    expect(await hub.migrateQueue("rig", "swarm.rig.ready.ci")).toMatchObject({ outcome: "moved", copied: 1, skipped: 0 });
+    expect(await hub.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.ci" })).toMatchObject({ outcome: "moved", copied: 1, skipped: 0 });
     const items = await drain((await member.bus.forSwarm("rig").queue("swarm.rig.ready.ci")).takeBatch(10, { maxWaitMs: 1_000 }));
     expect(items.map((item) => item.event?.job)).toEqual(["a", "b"]);
   });
@@ -260,7 +260,7 @@ describe("migrateQueue", () => {
     await legacy.offer({ swarm: "fresh", job: 2 });
     let offered = false;
     const error = await refusal(
-      hub.migrateQueue("fresh", "swarm.fresh.ready.plan", {}, {
+      hub.migrateQueue({ swarm: "fresh", name: "swarm.fresh.ready.plan",
         onProgress: async () => {
           if (offered) return;
           offered = true;
@@ -281,14 +281,14 @@ describe("migrateQueue", () => {
     await legacy.offer({ swarm: "held", job: 1 });
     await legacy.offer({ swarm: "held", job: 2 });
     const held = (await legacy.take())!;
-    const error = await refusal(hub.migrateQueue("held", "swarm.held.ready.eng"));
+    const error = await refusal(hub.migrateQueue({ swarm: "held", name: "swarm.held.ready.eng" }));
     expect(error).toBeInstanceOf(MigrationRefusedError);
     expect(error.message).toBe("legacy queue still has undelivered work");
     const member = await hive.memberBus("hive-held", ["held"]);
     await expect(member.bus.forSwarm("held").queue("swarm.held.ready.eng")).rejects.toThrow("scoped queue migration is incomplete");
 
     await held.ack();
-    expect(await hub.migrateQueue("held", "swarm.held.ready.eng")).toMatchObject({ outcome: "moved", copied: 0, skipped: 0 });
+    expect(await hub.migrateQueue({ swarm: "held", name: "swarm.held.ready.eng" })).toMatchObject({ outcome: "moved", copied: 0, skipped: 0 });
     const items = await drain((await member.bus.forSwarm("held").queue("swarm.held.ready.eng")).takeBatch(10, { maxWaitMs: 1_000 }));
     expect(items.map((item) => item.event?.job)).toEqual([2]);
   });
@@ -296,12 +296,42 @@ describe("migrateQueue", () => {
   test("an interrupted move resumes without copying twice", async () => {
     const legacy = await legacyQueue("swarm.resumed.ready.eng");
     for (let i = 0; i < 8; i++) await legacy.offer({ swarm: "resumed", job: i });
-    await expect(hub.migrateQueue("resumed", "swarm.resumed.ready.eng", {}, { onProgress: interruptAfter(3) })).rejects.toBeInstanceOf(Interrupted);
-    const result = await hub.migrateQueue("resumed", "swarm.resumed.ready.eng");
+    await expect(hub.migrateQueue({ swarm: "resumed", name: "swarm.resumed.ready.eng", onProgress: interruptAfter(3) })).rejects.toBeInstanceOf(Interrupted);
+    const result = await hub.migrateQueue({ swarm: "resumed", name: "swarm.resumed.ready.eng" });
     expect(result.outcome).toBe("moved");
     const member = await hive.memberBus("hive-resumed-q", ["resumed"]);
     const items = await drain((await member.bus.forSwarm("resumed").queue("swarm.resumed.ready.eng")).takeBatch(20, { maxWaitMs: 1_000 }));
     expect(items.map((item) => item.event?.job).sort()).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+
+  test("an aborted signal stops the move at the next message; the mark stays pending and a repeat moves the rest once", async () => {
+    const legacy = await legacyQueue("swarm.stopped.ready.eng");
+    for (let i = 0; i < 6; i++) await legacy.offer({ swarm: "stopped", job: i });
+    const call = new AbortController();
+    const seen: number[] = [];
+    const stopped = await refusal(
+      hub.migrateQueue(
+        {
+          swarm: "stopped",
+          name: "swarm.stopped.ready.eng",
+          onProgress: (p) => {
+            seen.push(p.copied + p.skipped);
+            call.abort();
+          },
+        },
+        call.signal,
+      ),
+    );
+    expect(stopped.reason).toBe("swarm_unavailable");
+    expect(stopped.message).toBe("the migration was stopped because its call ended; repeat it to resume");
+    // The abort came during the first message's report: no later message was reported.
+    expect(seen).toEqual([1]);
+    const { jsm } = await hive.admin();
+    expect((await readMark(jsm, queueStream("stopped", "eng").name, queueMarkSubject("stopped", "eng")))!.mark.status).toBe("pending");
+    expect((await hub.migrateQueue({ swarm: "stopped", name: "swarm.stopped.ready.eng" })).outcome).toBe("moved");
+    const member = await hive.memberBus("hive-stopped-q", ["stopped"]);
+    const items = await drain((await member.bus.forSwarm("stopped").queue("swarm.stopped.ready.eng")).takeBatch(20, { maxWaitMs: 1_000 }));
+    expect(items.map((item) => item.event?.job).sort()).toEqual([0, 1, 2, 3, 4, 5]);
   });
 });
 
@@ -317,7 +347,7 @@ describe("migrateDead", () => {
     await js.publish("dead.rig", JSON.stringify({ swarm: "rig", id: 3 }));
 
     const statuses: string[] = [];
-    const result = await hub.migrateDead("rig", {
+    const result = await hub.migrateDead({ swarm: "rig",
       onProgress: async () => void statuses.push((await readMark(jsm, deadStream("rig").name, deadMarkSubject("rig")))!.mark.status),
     });
     expect(statuses).toEqual(["pending", "pending", "pending"]);
@@ -335,7 +365,7 @@ describe("migrateDead", () => {
     const left = await jsm.streams.info(GLOBAL_STREAMS.legacyDead, { subjects_filter: ">" });
     expect(left.state.subjects).toEqual({ "dead.other": 1 });
 
-    expect(await hub.migrateDead("rig")).toMatchObject({ outcome: "already-complete", copied: 0 });
+    expect(await hub.migrateDead({ swarm: "rig" })).toMatchObject({ outcome: "already-complete", copied: 0 });
     expect((await member.bus.forSwarm("rig").readDeadLetters()).messages).toHaveLength(3);
   });
 
@@ -343,8 +373,8 @@ describe("migrateDead", () => {
     const { js, jsm } = await hive.admin();
     const seqs: number[] = [];
     for (let i = 0; i < 4; i++) seqs.push((await js.publish("dead.crashy", JSON.stringify({ swarm: "crashy", id: i }))).seq);
-    await expect(hub.migrateDead("crashy", { onProgress: interruptAfter(2) })).rejects.toBeInstanceOf(Interrupted);
-    const result = await hub.migrateDead("crashy");
+    await expect(hub.migrateDead({ swarm: "crashy", onProgress: interruptAfter(2) })).rejects.toBeInstanceOf(Interrupted);
+    const result = await hub.migrateDead({ swarm: "crashy" });
     expect(result).toMatchObject({ outcome: "moved", copied: 2, skipped: 2, total: 4 });
     const target = deadStream("crashy").name;
     const page = await hub.forSwarm("crashy").readDeadLetters();
@@ -353,13 +383,13 @@ describe("migrateDead", () => {
     // A copy that differs from its source.
     const source = (await js.publish("dead.tampered", JSON.stringify({ swarm: "tampered", id: "original" }))).seq;
     await js.publish("dead.tampered", JSON.stringify({ swarm: "tampered", id: "second" }));
-    await expect(hub.migrateDead("tampered", { onProgress: interruptAfter(1) })).rejects.toBeInstanceOf(Interrupted);
+    await expect(hub.migrateDead({ swarm: "tampered", onProgress: interruptAfter(1) })).rejects.toBeInstanceOf(Interrupted);
     const forged = natsHeaders();
     forged.set(BUS_HEADERS.migratedFrom, `${GLOBAL_STREAMS.legacyDead}/${source}`);
     const tamperedTarget = deadStream("tampered").name;
     await jsm.streams.purge(tamperedTarget, { filter: "swarm.tampered.dead.event" });
     await js.publish("swarm.tampered.dead.event", JSON.stringify({ swarm: "tampered", id: "changed" }), { headers: forged });
-    const error = await refusal(hub.migrateDead("tampered"));
+    const error = await refusal(hub.migrateDead({ swarm: "tampered" }));
     expect(error).toBeInstanceOf(MigrationRefusedError);
     expect(error.message).toBe(`a retained dead letter copy differs from its source (legacy sequence ${source})`);
     expect(target).not.toBe(tamperedTarget);

@@ -52,7 +52,7 @@ const cases: [string, () => unknown, string, new (...args: never[]) => Error][] 
   ["a lane other than eng, ci or plan", () => rig.queue("swarm.rig.ready.deploy"), "queue 'swarm.rig.ready.deploy' does not belong to swarm 'rig'", BusRefusedError],
   ["a view asked for another swarm", () => rig.forSwarm("other"), "a scoped bus cannot change its swarm", BusRefusedError],
   ["state through the root bus", () => member.bus.state("spoke-work"), "select a swarm before opening scoped state", BusPermissionError],
-  ["migration by a member (bind, no provisioning)", () => member.bus.migrateQueue("rig", "swarm.rig.ready.eng"), "migration requires privileged provisioning", BusPermissionError],
+  ["migration by a member (bind, no provisioning)", () => member.bus.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.eng" }), "migration requires privileged provisioning", BusPermissionError],
 ];
 
 describe("refusals, before anything reaches the server", () => {
@@ -82,13 +82,13 @@ describe("refusals, before anything reaches the server", () => {
 
   test("migration on a bus without scoping", async () => {
     const unscopedHub = await hive.hubBus({ scoped: false });
-    for (const call of [() => unscopedHub.migrateDead("rig"), () => unscopedHub.migrateState("rig", "spoke-work", ["k"]), () => unscopedHub.migrateQueue("rig", "swarm.rig.ready.eng")]) {
+    for (const call of [() => unscopedHub.migrateDead({ swarm: "rig" }), () => unscopedHub.migrateState({ swarm: "rig", bucket: "spoke-work", keys: ["k"] }), () => unscopedHub.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.eng" })]) {
       const error = await refusal(call);
       expect(error).toBeInstanceOf(MigrationRefusedError);
       expect(error.message).toBe("scoped migration is not enabled");
     }
     const unscopedMember = await hive.memberBus("hive-legacy", "unscoped");
-    expect((await refusal(unscopedMember.bus.migrateDead("rig"))).message).toBe("migration requires privileged provisioning");
+    expect((await refusal(unscopedMember.bus.migrateDead({ swarm: "rig" }))).message).toBe("migration requires privileged provisioning");
   });
 
   test("the server is the enforcement behind the bus: the raw member connection is refused on another swarm", async () => {
