@@ -31,7 +31,7 @@ export abstract class CoreError<R extends string = string> extends Error {
   readonly [safeMessage] = true as const;
 
   constructor(
-    /** The specification's reason code, e.g. `lane_conflict` or `invalid_input`. */
+    /** The specification's reason code, as a binding declares it, e.g. `invalid_input`. */
     readonly reason: R,
     message: string,
     options?: { cause?: unknown },

@@ -105,7 +105,7 @@ function fallbackReason(spec: ErrorDomainSpec, code: Code): string {
   return sharedReasons[code] ?? "internal";
 }
 
-/** The invalid-request reason of a domain (`lane_invalid`, `invalid_input`, …). */
+/** The invalid-request reason of a domain (the binding's own, or `invalid_input`). */
 export function invalidReason(spec: ErrorDomainSpec): string {
   return fallbackReason(spec, Code.InvalidArgument);
 }
