@@ -23,7 +23,7 @@ import { readFile } from "node:fs/promises";
 import { BrokerConnection } from "../nats/index.js";
 import { deadStream, eventsStream, stateStream, swarmStreams, type SwarmStream } from "./stream-names.js";
 import { swarmNameProblem } from "./swarm-names.js";
-import { checkBusConfig, DEFAULT_QUEUE_POLICY, isProvisioning, type BusConfig, type QueuePolicy } from "./config.js";
+import { checkBusConfig, DEFAULT_QUEUE_POLICY, isProvisioning, type BusConfig } from "./config.js";
 import { deadLetterFilters, deadLetterHeaders, deadLetterName, type DeadLetterOptions } from "./dead-letters.js";
 import { EventFanIn, type FanInOptions } from "./fan-in.js";
 import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, BusResourceMissingError, LegacyStateOwnershipError, MigrationRefusedError } from "./errors.js";

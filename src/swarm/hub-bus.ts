@@ -39,7 +39,7 @@
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { BrokerConnection } from "../nats/index.js";
-import { isSwarmName, openBus, type Bus, type QueuePolicy } from "../swarm-bus/index.js";
+import { isSwarmName, openBus, type Bus } from "../swarm-bus/index.js";
 import {
   LegacyStateOwnershipError,
   MIGRATION_PAUSE_POINTS,
