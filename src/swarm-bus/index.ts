@@ -34,36 +34,29 @@ export {
   SwarmError,
   type SwarmReason,
 } from "./errors.js";
-export { busConfigFromEnv, busModeFromEnv, checkBusConfig, type QueuePolicy } from "./config.js";
+export { busConfigFromEnv, checkBusConfig, type QueuePolicy } from "./config.js";
 export { checkEventSwarm, logicalSubject, routeQueue, routeSubject, type BusEvent, type BusMode } from "./subject-map.js";
 export { Bus, openBus, SwarmBus } from "./scoped-bus.js";
 export { WorkItem, WorkQueue } from "./queue.js";
-export { readMark } from "./migration-mark.js";
 export { HIVE_ENV } from "./member-env.js";
 export { acceptCredential, readHiveEnv, readInvite, saveHiveFiles, writeInviteFile, type MemberInvite } from "./member-files.js";
 export { requestSlotRaw, SlotClient } from "./slot-client.js";
-export { encodeSlotRequest, formatSlotId, SlotError, type AccountSlot, type SlotAnswer, type SlotId, type SlotOperation } from "./slot-protocol.js";
+export { encodeSlotRequest, SlotError, type AccountSlot } from "./slot-protocol.js";
 export {
   consumerName,
   deadLetterSubject,
   deadStream,
   eventsStream,
   GLOBAL_STREAMS,
-  LEGACY_EVENT_SUBJECTS,
-  legacyKvStream,
-  legacyMarkSubjectPatterns,
   queueStream,
   queueWorkSubject,
-  slotRequestSubject,
   stateKeySubject,
   stateStream,
   STATE_REVISIONS_PER_KEY,
-  SWARM_LANES,
   SWARM_STATE_BUCKETS,
   swarmHex,
   swarmOfStream,
   swarmStreams,
-  swarmSubjectPrefix,
   type SwarmLane,
 } from "./stream-names.js";
-export { isMemberId, isSwarmName, swarmNameProblem } from "./swarm-names.js";
+export { swarmNameProblem } from "./swarm-names.js";

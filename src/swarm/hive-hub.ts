@@ -47,8 +47,8 @@ import {
 } from "./hub-state.js";
 import type { HubMigrator, HubProvisioner } from "./hub-bus.js";
 import type { HubStore } from "./hub-store.js";
-import { isMemberId, swarmNameProblem } from "../swarm-bus/index.js";
-import { hiveEnvLines, inviteEnvLines } from "../swarm-bus/internal.js";
+import { swarmNameProblem } from "../swarm-bus/index.js";
+import { hiveEnvLines, inviteEnvLines, isMemberId } from "../swarm-bus/internal.js";
 import { decideGrant, renderMemberGrant, type GrantDecision, type NatsGrant } from "./member-grant.js";
 import { signingKeyPair, type MemberSwarms, type SignerRecord } from "./signer-record.js";
 import { neverWrittenError } from "./signer-store.js";

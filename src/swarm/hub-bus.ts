@@ -39,19 +39,20 @@
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { safeErrorFields, type Logger } from "../log/logger.js";
 import type { BrokerConnection } from "../nats/index.js";
-import { isSwarmName, openBus, type Bus } from "../swarm-bus/index.js";
+import { openBus, type Bus } from "../swarm-bus/index.js";
 import {
-  LegacyStateOwnershipError,
-  MIGRATION_PAUSE_POINTS,
-  ownStateCommand,
   type EventFanIn,
   type FanInSource,
   type FannedInEvent,
+  isSwarmName,
+  LegacyStateOwnershipError,
   type MigrateDeadParams as BusMigrateDeadParams,
   type MigrateQueueParams as BusMigrateQueueParams,
   type MigrateStateParams as BusMigrateStateParams,
+  MIGRATION_PAUSE_POINTS,
   type MigrationParams as BusMigrationParams,
   type MigrationResult,
+  ownStateCommand,
 } from "../swarm-bus/internal.js";
 import { SwarmError } from "../swarm-bus/index.js";
 

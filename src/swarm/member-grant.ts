@@ -31,16 +31,8 @@
  */
 import { SwarmError } from "../swarm-bus/index.js";
 import { SWARM_TEXTS } from "./signer-record.js";
-import {
-  GLOBAL_STREAMS,
-  LEGACY_EVENT_SUBJECTS,
-  legacyKvStream,
-  legacyMarkSubjectPatterns,
-  slotRequestSubject,
-  SWARM_STATE_BUCKETS,
-  swarmStreams,
-  swarmSubjectPrefix,
-} from "../swarm-bus/index.js";
+import { GLOBAL_STREAMS, SWARM_STATE_BUCKETS, swarmStreams } from "../swarm-bus/index.js";
+import { LEGACY_EVENT_SUBJECTS, legacyKvStream, legacyMarkSubjectPatterns, slotRequestSubject, swarmSubjectPrefix } from "../swarm-bus/internal.js";
 
 /** The hub record's member_swarms field exists and omits the member: 403, decided before any side effect. */
 export function noMemberSwarmsError(memberId: string): SwarmError {

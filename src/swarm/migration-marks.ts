@@ -4,8 +4,8 @@
  * imported from a legacy stream.
  */
 import type { BrokerConnection } from "../nats/index.js";
-import { isSwarmName, readMark, SWARM_LANES, swarmOfStream, type SwarmLane } from "../swarm-bus/index.js";
-import { deadMarkSubject, queueMarkSubject, stateMarkSubject } from "../swarm-bus/internal.js";
+import { swarmOfStream, type SwarmLane } from "../swarm-bus/index.js";
+import { deadMarkSubject, isSwarmName, queueMarkSubject, readMark, stateMarkSubject, SWARM_LANES } from "../swarm-bus/internal.js";
 
 /**
  * One migration mark as a snapshot reports it: which swarm resource is

@@ -40,7 +40,7 @@ import { encodeUser, fmtCreds } from "@nats-io/jwt";
 import { fromPublic, type KeyPair } from "@nats-io/nkeys";
 import { SwarmError } from "../swarm-bus/index.js";
 import { covers, HIVE_USER, SPOKE_EXECUTION_SUBJECT } from "./member-grant.js";
-import { isMemberId } from "../swarm-bus/index.js";
+import { isMemberId } from "../swarm-bus/internal.js";
 import type { HubState, RetiredServiceUserRecord, Revocation, ServiceUserRecord } from "./hub-state.js";
 import { NativeKeyPair } from "../nats/index.js";
 

@@ -25,7 +25,8 @@ import type { KeyPair } from "@nats-io/nkeys";
 import { Secret } from "../config/index.js";
 import { SwarmError } from "../swarm-bus/index.js";
 import { NativeKeyPair } from "../nats/index.js";
-import { isMemberId, swarmNameProblem } from "../swarm-bus/index.js";
+import { swarmNameProblem } from "../swarm-bus/index.js";
+import { isMemberId } from "../swarm-bus/internal.js";
 
 /** The specification's texts for the hub, reproduced exactly. */
 export const SWARM_TEXTS = Object.freeze({

@@ -38,20 +38,25 @@ export function exportedNames(root: string, file: string, seen = new Set<string>
   return names;
 }
 
-/** Names imported from `target` (a path relative to the root) by the project's files that lie outside `outside/`; `*` for a namespace import. */
-export function namesUsedFrom(root: string, target: string, outside: string): Set<string> {
+/** Names imported from `target` (a path relative to the root) by the project's files for which `counts` holds; `*` for a namespace import. */
+export function namesUsedFrom(root: string, target: string, counts: (path: string) => boolean): Set<string> {
   const used = new Set<string>();
   for (const { path, imports } of projectImports(root)) {
-    if (path.startsWith(`${outside}/`)) continue;
+    if (!counts(path)) continue;
     for (const name of imports.get(target) ?? []) used.add(name);
   }
   return used;
 }
 
-/** The names `folder/index.ts` exports that nothing outside `folder/` imports. */
-export function unusedIndexExports(root: string, folder: string): string[] {
+/**
+ * The names `folder/index.ts` exports that nothing outside `folder/`
+ * imports. `notUsers` names more folders whose uses do not count, and the
+ * files among them that count all the same (an index that passes names on).
+ */
+export function unusedIndexExports(root: string, folder: string, notUsers: { folders: readonly string[]; except: readonly string[] } = { folders: [], except: [] }): string[] {
   const index = `${folder}/index.ts`;
-  const used = namesUsedFrom(root, index, folder);
+  const inside = (path: string) => [folder, ...notUsers.folders].some((f) => path.startsWith(`${f}/`)) && !notUsers.except.includes(path);
+  const used = namesUsedFrom(root, index, (path) => !inside(path));
   if (used.has("*")) return [];
   return [...exportedNames(root, index)].filter((name) => !used.has(name)).sort();
 }

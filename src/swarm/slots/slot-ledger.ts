@@ -35,7 +35,8 @@
  */
 import { randomBytes } from "node:crypto";
 import type { SlotPolicy } from "./slot-policy.js";
-import { formatSlotId, SlotError, type AccountSlot, type SlotId } from "../../swarm-bus/index.js";
+import { SlotError, type AccountSlot } from "../../swarm-bus/index.js";
+import { formatSlotId, type SlotId } from "../../swarm-bus/internal.js";
 import type { SlotStore, Stored } from "./slot-store.js";
 
 /** A slot key's value in `account-slots`. */

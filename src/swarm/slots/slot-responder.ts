@@ -18,14 +18,18 @@
 import type { Msg, Subscription } from "@nats-io/transport-node";
 import { safeErrorFields, type Logger } from "../../log/logger.js";
 import type { BrokerConnection } from "../../nats/index.js";
-import { isMemberId, isSwarmName, SlotError, type SlotAnswer, type SlotOperation } from "../../swarm-bus/index.js";
+import { SlotError } from "../../swarm-bus/index.js";
 import {
   encodeSlotAnswer,
   HUB_SLOTS_QUEUE_GROUP,
+  isMemberId,
+  isSwarmName,
   loggableHive,
   namedInRequest,
   parseSlotRequest,
   parseSlotSubject,
+  type SlotAnswer,
+  type SlotOperation,
   type SlotRequest,
 } from "../../swarm-bus/internal.js";
 import { SlotLedger } from "./slot-ledger.js";

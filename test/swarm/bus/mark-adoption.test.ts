@@ -1,7 +1,7 @@
 import { AckPolicy, RetentionPolicy } from "@nats-io/jetstream";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { deadStream, queueStream, readMark, type Bus } from "../../../src/swarm-bus/index.js";
-import { legacyQueueStreamName, queueMarkSubject } from "../../../src/swarm-bus/internal.js";
+import { deadStream, queueStream, type Bus } from "../../../src/swarm-bus/index.js";
+import { legacyQueueStreamName, queueMarkSubject, readMark } from "../../../src/swarm-bus/internal.js";
 import { startBusHive, type BusHive } from "./bus-fixture.js";
 
 /**

@@ -9,7 +9,8 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import { expect } from "vitest";
 import { HiveHubService, type MigrateRequestSchema } from "../../../gen/laneway/swarm/v1/hive_hub_service_pb.js";
-import { GLOBAL_STREAMS, openBus, readMark, type Bus } from "../../../src/swarm-bus/index.js";
+import { GLOBAL_STREAMS, openBus, type Bus } from "../../../src/swarm-bus/index.js";
+import { readMark } from "../../../src/swarm-bus/internal.js";
 import { startHubHive, type HubHive } from "./hub-fixture.js";
 
 export interface CrashHarness {

@@ -2,8 +2,8 @@ import { spawn } from "node:child_process";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Kvm } from "@nats-io/kv";
-import { deadStream, GLOBAL_STREAMS, openBus, queueStream, readMark, stateStream, type Bus, type WorkItem } from "../../../src/swarm-bus/index.js";
-import { deadMarkSubject, legacyQueueStreamName, queueMarkSubject, stateMarkSubject } from "../../../src/swarm-bus/internal.js";
+import { deadStream, GLOBAL_STREAMS, openBus, queueStream, stateStream, type Bus, type WorkItem } from "../../../src/swarm-bus/index.js";
+import { deadMarkSubject, legacyQueueStreamName, queueMarkSubject, readMark, stateMarkSubject } from "../../../src/swarm-bus/internal.js";
 import { startBusHive, type BusHive } from "./bus-fixture.js";
 
 /**

@@ -2,18 +2,8 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { Kvm, type KV } from "@nats-io/kv";
 import { headers as natsHeaders } from "@nats-io/transport-node";
 import type { MigrationProgress } from "../../../src/swarm/index.js";
-import {
-  deadStream,
-  GLOBAL_STREAMS,
-  MigrationIncompleteError,
-  MigrationRefusedError,
-  queueStream,
-  readMark,
-  stateStream,
-  type Bus,
-  type WorkItem,
-} from "../../../src/swarm-bus/index.js";
-import { BUS_HEADERS, deadMarkSubject, queueMarkSubject, stateMarkSubject } from "../../../src/swarm-bus/internal.js";
+import { deadStream, GLOBAL_STREAMS, MigrationIncompleteError, MigrationRefusedError, queueStream, stateStream, type Bus, type WorkItem } from "../../../src/swarm-bus/index.js";
+import { BUS_HEADERS, deadMarkSubject, queueMarkSubject, readMark, stateMarkSubject } from "../../../src/swarm-bus/internal.js";
 import { refusal, startBusHive, text, type BusHive } from "./bus-fixture.js";
 
 /**
