@@ -25,10 +25,11 @@
  * operations output.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdir, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { mkdir, readdir, readFile, rm } from "node:fs/promises";
 import { connect as connectTcp } from "node:net";
 import { join, resolve } from "node:path";
 
+import { writePrivateFile } from "../files/index.js";
 import { stopStalePredecessor, watchParentLifetime } from "./process-lifetime.js";
 import {
   EmbeddedServerConfigError,
@@ -197,7 +198,7 @@ export class EmbeddedNatsServer {
       },
       ...extraTop,
     };
-    await writeFile(configPath, renderNatsConfig(config, options.extraConfigText), { mode: 0o600 });
+    await writePrivateFile(configPath, renderNatsConfig(config, options.extraConfigText));
 
     const test = await testNatsConfig(binary, configPath);
     if (!test.ok) throw new EmbeddedServerConfigError(configPath, test.output);

@@ -12,11 +12,12 @@
  */
 import { execFile } from "node:child_process";
 import { constants as fsConstants } from "node:fs";
-import { access, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
+import { access, mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { delimiter, join } from "node:path";
 import { promisify } from "node:util";
 
+import { writePrivateFile } from "../files/index.js";
 import { NatsServerNotInstalledError } from "./embedded-server-errors.js";
 import { renderNatsConfig } from "./nats-config.js";
 
@@ -112,7 +113,7 @@ async function probe(binary: string): Promise<NatsServerCapabilities> {
     const config = renderNatsConfig({
       jetstream: { store_dir: join(dir, "store"), sync_interval: "always" },
     });
-    await writeFile(configPath, config);
+    await writePrivateFile(configPath, config);
     const result = await testNatsConfig(binary, configPath);
     return { binary, version, supportsSyncInterval: result.ok };
   } finally {

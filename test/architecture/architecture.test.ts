@@ -189,3 +189,16 @@ test("in the hub, only its three stores import the NATS or Redis client", () => 
   const importers = [...graph.specifiers].filter(([file, specifiers]) => file.startsWith("src/swarm/") && specifiers.some(clients)).map(([file]) => file);
   expect(importers.sort()).toEqual([...hubClientFiles].sort());
 });
+
+test("every file Laneway writes goes through src/files (one fsync rule): no plain writeFile elsewhere in src/", () => {
+  const violations: string[] = [];
+  for (const file of graph.edges.keys()) {
+    if (file.startsWith("src/files/")) continue;
+    readFileSync(join(repoRoot, file), "utf8")
+      .split("\n")
+      .forEach((line, i) => {
+        if (/\b(writeFile|writeFileSync|appendFile|appendFileSync)\(/.test(line)) violations.push(`${file}:${i + 1}: ${line.trim()}`);
+      });
+  }
+  expect(violations).toEqual([]);
+});
