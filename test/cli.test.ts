@@ -5,6 +5,7 @@ import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { KmapCommandService } from "../gen/laneway/kmap/v1/kmap_command_service_pb.js";
 import { runCli } from "../src/cli/main.js";
+import { SERVER_SETTINGS } from "../src/config/index.js";
 import { repoRoot, startLanewayInProcess, type InProcessLaneway } from "./helpers/laneway.js";
 import { waitFor } from "./helpers/wait-for.js";
 
@@ -221,6 +222,17 @@ describe("help", () => {
       expect(out).toContain(flag);
     }
     expect(out).toContain("LANEWAY_MAX_REQUEST_BYTES");
+    for (const setting of SERVER_SETTINGS) expect(out, setting.env).toContain(setting.env);
+    for (const variable of ["LANEWAY_ADMIN_TOKEN", "LANEWAY_LOG_LEVEL", "LANEWAY_LOG_FORMAT", "LANEWAY_LOG_CALLS_SAMPLE", "LANEWAY_METRICS_TOKEN", "LANEWAY_METRICS_REFRESH_MS"]) {
+      expect(out).toMatch(new RegExp(`^ +${variable} +\\S`, "m"));
+    }
+  });
+
+  test("laneway serve refuses a bad log or metrics variable before it starts anything: exit 2, one line naming it", async () => {
+    let err = "";
+    const io = { env: { LANEWAY_LOG_LEVEL: "verbose" }, stdout: () => {}, stderr: (t: string) => (err += t), signal: new AbortController().signal };
+    expect(await runCli(["serve", "--data-dir", "/nonexistent/laneway-never-created"], io)).toBe(2);
+    expect(err).toBe("laneway: LANEWAY_LOG_LEVEL must be debug, info, warn or error\n");
   });
 
   test.each(["lanes", "hive", "kmap"])("every %s command answers --help, and so does the group", async (group) => {

@@ -25,7 +25,6 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     io.stdout(serveHelp(coreSettings.map((c) => ({ title: c.title, settings: c.declarations }))));
     return 0;
   }
-  const log = createLogger();
   let startup;
   let pausePoints;
   try {
@@ -38,6 +37,7 @@ export async function serveCommand(args: readonly string[], io: CliIo): Promise<
     }
     throw error;
   }
+  const log = createLogger({ level: startup.server.observe.logLevel, format: startup.server.observe.logFormat });
   let server: LanewayServer;
   try {
     server = await LanewayServer.start({ startup, logger: log, pausePoints });

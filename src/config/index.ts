@@ -30,6 +30,7 @@ export {
   SERVER_SETTINGS,
   serveHelp,
   type ListenAddress,
+  type ObserveSettings,
   type ServerConfig,
   type ServerConfigOptions,
   type WireLimits,

@@ -31,6 +31,7 @@ import { accessSync, constants, statSync } from "node:fs";
 import { isIPv4, isIPv6 } from "node:net";
 import { resolve } from "node:path";
 import { parseArgs } from "node:util";
+import type { LogFormat, LogLevel } from "../log/logger.js";
 import { resolveCredentialsFile } from "./credentials-file.js";
 import { formatGoDuration, MILLISECOND, MINUTE, nanosToMillis, parseGoDuration } from "./duration.js";
 import { ENV_NAME_RULE, envValue, isEnvName, type Env } from "./env-name.js";
@@ -51,6 +52,7 @@ export const SERVER_DEFAULTS = Object.freeze({
   headersTimeout: "10s",
   requestTimeout: "30s",
   idleTimeout: "30s",
+  metricsRefreshMs: 5_000,
 });
 
 /**
@@ -75,6 +77,30 @@ const WIRE_RANGES = {
   maxRequestBytes: { min: 64 * 1024, max: 1024 * 1024 * 1024 },
   maxConnections: { min: 8, max: 1_000_000 },
   timeout: { min: 100n * MILLISECOND, max: 10n * MINUTE },
+};
+
+/**
+ * How the server is observed (docs/operations.md, "Logs" and "Metrics"):
+ * read from variables only, checked with the flags.
+ */
+export interface ObserveSettings {
+  /** The lowest level written (`LANEWAY_LOG_LEVEL`). */
+  readonly logLevel: LogLevel;
+  /** One JSON object per line, or text for a person (`LANEWAY_LOG_FORMAT`). */
+  readonly logFormat: LogFormat;
+  /** Every n-th successful call is logged at info; 0: successes only at debug (`LANEWAY_LOG_CALLS_SAMPLE`). */
+  readonly callsSample: number;
+  /** The bearer token /metrics requires; undefined: /metrics is open (`LANEWAY_METRICS_TOKEN`). */
+  readonly metricsToken: Secret | undefined;
+  /** How often figures read from the broker may be read again, in ms (`LANEWAY_METRICS_REFRESH_MS`). */
+  readonly metricsRefreshMs: number;
+}
+
+const LOG_LEVELS: readonly LogLevel[] = ["debug", "info", "warn", "error"];
+const METRICS_TOKEN_MAX_BYTES = 4096;
+const OBSERVE_RANGES = {
+  callsSample: { min: 0, max: 1_000_000_000 },
+  metricsRefreshMs: { min: 0, max: 3_600_000 },
 };
 
 const MIN_REPLICAS = 1;
@@ -112,6 +138,8 @@ export interface ServerConfig {
   readonly adminToken: Secret | undefined;
   /** Read limits and timeouts for every connection and request. */
   readonly wire: WireLimits;
+  /** The log and metrics settings. */
+  readonly observe: ObserveSettings;
   /** The values of the settings the cores declare (`ServerConfigOptions.settings`), by flag; each core resolves its own. */
   readonly declared: SettingValues;
   /** The cores this process serves (the server's core list decides what the names mean). */
@@ -161,8 +189,27 @@ const SETTINGS = {
   },
 } as const;
 
-/** The server's own settings, as declarations (for help and the operations table). */
-export const SERVER_SETTINGS: readonly SettingDeclaration[] = Object.entries(SETTINGS).map(([flag, s]) => ({ flag, ...s }));
+/**
+ * The server's settings read only from a variable: the operator token and
+ * the metrics token are secrets (command lines are visible in ps), and the
+ * log and metrics settings are read with them.
+ */
+const VARIABLES = {
+  adminToken: { env: ADMIN_TOKEN_ENV, type: "string", value: "", help: "the operator token (32 to 4,096 bytes); unset: operator RPCs refuse every caller" },
+  logLevel: { env: "LANEWAY_LOG_LEVEL", type: "string", value: "", help: "debug, info (default), warn or error" },
+  logFormat: { env: "LANEWAY_LOG_FORMAT", type: "string", value: "", help: "json (default), or text for a person at a terminal" },
+  logCallsSample: { env: "LANEWAY_LOG_CALLS_SAMPLE", type: "string", value: "", help: `log every n-th successful call at info, 0 to ${OBSERVE_RANGES.callsSample.max} (default 0: successes only at debug)` },
+  metricsToken: { env: "LANEWAY_METRICS_TOKEN", type: "string", value: "", help: `a bearer token /metrics then requires (1 to ${METRICS_TOKEN_MAX_BYTES} bytes; default: /metrics is open)` },
+  metricsRefreshMs: {
+    env: "LANEWAY_METRICS_REFRESH_MS",
+    type: "string",
+    value: "",
+    help: `how often a scrape may read again what /metrics reads from the broker, in ms, 0 to ${OBSERVE_RANGES.metricsRefreshMs.max} (default ${SERVER_DEFAULTS.metricsRefreshMs})`,
+  },
+} as const satisfies Record<string, SettingDeclaration>;
+
+/** The server's own settings, as declarations (for help and the operations table): its flags, then its variables. */
+export const SERVER_SETTINGS: readonly SettingDeclaration[] = [...Object.entries(SETTINGS).map(([flag, s]) => ({ flag, ...s })), ...Object.values(VARIABLES)];
 
 /** `laneway serve --help`: every flag with its variable and meaning, aligned: the server's, then each core's section. */
 export function serveHelp(cores: readonly SettingsSection[] = []): string {
@@ -259,6 +306,7 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     natsServers === undefined,
   );
   const adminToken = readAdminToken(env);
+  const observe = readObserveSettings(env);
   const wire: WireLimits = Object.freeze({
     maxRequestBytes: parseCount(pick("max-request-bytes"), SERVER_DEFAULTS.maxRequestBytes, WIRE_RANGES.maxRequestBytes),
     maxConnections: parseCount(pick("max-connections"), SERVER_DEFAULTS.maxConnections, WIRE_RANGES.maxConnections),
@@ -294,8 +342,36 @@ export function loadServerConfig(argv: readonly string[], env: Env, options: Ser
     shutdownTimeoutMs,
     adminToken,
     wire,
+    observe,
     declared,
     cores,
+  });
+}
+
+/** The log and metrics settings, from their variables; a bad value is a configuration error naming its variable. */
+function readObserveSettings(env: Env): ObserveSettings {
+  const raw = (setting: { env: string }): Raw | undefined => {
+    const value = envValue(env, setting.env);
+    return value === undefined ? undefined : { value, source: setting.env };
+  };
+  const level = raw(VARIABLES.logLevel);
+  if (level !== undefined && !LOG_LEVELS.includes(level.value as LogLevel)) {
+    throw new ServerConfigError(`${level.source} must be debug, info, warn or error`, level.source);
+  }
+  const format = raw(VARIABLES.logFormat);
+  if (format !== undefined && format.value !== "json" && format.value !== "text") {
+    throw new ServerConfigError(`${format.source} must be json or text`, format.source);
+  }
+  const token = raw(VARIABLES.metricsToken);
+  if (token !== undefined && Buffer.byteLength(token.value) > METRICS_TOKEN_MAX_BYTES) {
+    throw new ServerConfigError(`${token.source} must be at most ${METRICS_TOKEN_MAX_BYTES} bytes`, token.source);
+  }
+  return Object.freeze({
+    logLevel: (level?.value ?? "info") as LogLevel,
+    logFormat: (format?.value ?? "json") as LogFormat,
+    callsSample: parseCount(raw(VARIABLES.logCallsSample), 0, OBSERVE_RANGES.callsSample),
+    metricsToken: token === undefined ? undefined : new Secret(token.value),
+    metricsRefreshMs: parseCount(raw(VARIABLES.metricsRefreshMs), SERVER_DEFAULTS.metricsRefreshMs, OBSERVE_RANGES.metricsRefreshMs),
   });
 }
 

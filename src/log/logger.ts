@@ -27,13 +27,13 @@ const levelOrder: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, er
 
 /** Options of `createLogger`. */
 export interface LoggerOptions {
-  /** The lowest level written; default `info` (`LANEWAY_LOG_LEVEL`). */
+  /** The lowest level written; default `info` (the server passes `LANEWAY_LOG_LEVEL`). */
   level?: LogLevel;
   /** Where lines go; default process.stderr. */
   write?: (line: string) => void;
   /** Fields on every line. */
   fields?: LogFields;
-  /** `json` (default) or `text` for a person at a terminal (`LANEWAY_LOG_FORMAT`). */
+  /** `json` (default) or `text` for a person at a terminal (the server passes `LANEWAY_LOG_FORMAT`). */
   format?: LogFormat;
 }
 
@@ -41,9 +41,9 @@ export interface LoggerOptions {
 export type LogFormat = "json" | "text";
 
 export function createLogger(options: LoggerOptions = {}): Logger {
-  const minimum = levelOrder[options.level ?? parseLevel(process.env.LANEWAY_LOG_LEVEL)];
+  const minimum = levelOrder[options.level ?? "info"];
   const write = options.write ?? ((line: string) => process.stderr.write(line));
-  const text = (options.format ?? (process.env.LANEWAY_LOG_FORMAT === "text" ? "text" : "json")) === "text";
+  const text = options.format === "text";
   const make = (base: LogFields): Logger => {
     const emit = (level: LogLevel, message: string, fields?: LogFields) => {
       if (levelOrder[level] < minimum) return;
@@ -85,9 +85,6 @@ export const silentLogger: Logger = {
   child: () => silentLogger,
 };
 
-function parseLevel(value: string | undefined): LogLevel {
-  return value === "debug" || value === "warn" || value === "error" ? value : "info";
-}
 
 /**
  * Describes an error for a log line without leaking it. Errors Laneway

@@ -163,7 +163,7 @@ export class LanewayServer {
       const health = new HealthStatus();
       const reporter = new HealthRollup(health);
       const refreshBroker = () => reporter.set(NATS_HEALTH_NAME, broker.state === "connected" ? "serving" : "not_serving");
-      const observe = openObservation({ broker, log, cores: known });
+      const observe = openObservation({ broker, log, cores: known, settings: server.observe });
       started.push({ close: async () => observe.close() });
       logBrokerState(broker, log);
       broker.onStateChange(refreshBroker);

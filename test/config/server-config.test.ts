@@ -62,6 +62,7 @@ describe("defaults", () => {
       shutdownTimeoutMs: 10_000,
       adminToken: undefined,
       wire: { maxRequestBytes: 16_777_216, maxConnections: 1024, headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, idleTimeoutMs: 30_000 },
+      observe: { logLevel: "info", logFormat: "json", callsSample: 0, metricsToken: undefined, metricsRefreshMs: 5_000 },
       declared: new Map(),
       cores: "all",
     });
@@ -266,6 +267,30 @@ describe("wire limits", () => {
   });
 });
 
+describe("log and metrics settings", () => {
+  test("their variables set the log level and format, the call sample, the metrics token and refresh; an empty one counts as unset", () => {
+    const metrics = "metrics-token-that-is-a-secret";
+    const config = load([], { LANEWAY_LOG_LEVEL: "debug", LANEWAY_LOG_FORMAT: "text", LANEWAY_LOG_CALLS_SAMPLE: "100", LANEWAY_METRICS_TOKEN: metrics, LANEWAY_METRICS_REFRESH_MS: "0" });
+    expect(config.observe).toEqual({ logLevel: "debug", logFormat: "text", callsSample: 100, metricsToken: expect.any(Secret), metricsRefreshMs: 0 });
+    expect(config.observe.metricsToken?.reveal()).toBe(metrics);
+    expect(JSON.stringify(config)).not.toContain(metrics);
+    expect(load([], { LANEWAY_LOG_LEVEL: "", LANEWAY_METRICS_TOKEN: "" }).observe).toMatchObject({ logLevel: "info", metricsToken: undefined });
+  });
+
+  test.each([
+    [{ LANEWAY_LOG_LEVEL: "verbose" }, "LANEWAY_LOG_LEVEL must be debug, info, warn or error"],
+    [{ LANEWAY_LOG_FORMAT: "xml" }, "LANEWAY_LOG_FORMAT must be json or text"],
+    [{ LANEWAY_LOG_CALLS_SAMPLE: "-1" }, "LANEWAY_LOG_CALLS_SAMPLE must be an integer from 0 to 1000000000"],
+    [{ LANEWAY_METRICS_REFRESH_MS: "soon" }, "LANEWAY_METRICS_REFRESH_MS must be an integer from 0 to 3600000"],
+    [{ LANEWAY_METRICS_REFRESH_MS: "7200000" }, "LANEWAY_METRICS_REFRESH_MS must be an integer from 0 to 3600000, got 7200000"],
+    [{ LANEWAY_METRICS_TOKEN: "t".repeat(4097) }, "LANEWAY_METRICS_TOKEN must be at most 4096 bytes"],
+  ])("%j is refused: %s", (env, message) => {
+    const error = failure([], env);
+    expect(error.message).toBe(message);
+    expect(error.message).not.toContain("t".repeat(64));
+  });
+});
+
 describe("served cores", () => {
   test("--cores and LANEWAY_CORES choose all (the default) or named cores, which need an external broker; the flag wins", () => {
     expect(load([]).cores).toBe("all");
@@ -355,9 +380,11 @@ describe("every setting is documented", () => {
     const listed = [...doc.matchAll(/^\| `([A-Z][A-Z0-9_]+)`(?:, `([A-Z][A-Z0-9_]+)`)*/gm)].flatMap((m) => m[0].match(/[A-Z][A-Z0-9_]+/g) ?? []);
     for (const setting of [...SERVER_SETTINGS, ...settings]) {
       if (setting.flag !== undefined) expect(documented, `--${setting.flag}`).toContain(setting.flag);
-      else expect(listed, setting.env).toContain(setting.env);
+      else expect([...listed, ...documented], setting.env).toContain(setting.env);
     }
     const declaredFlags = new Set([...SERVER_SETTINGS, ...settings].flatMap((s) => (s.flag === undefined ? [] : [s.flag])));
     for (const flag of [...doc.matchAll(/^\| `--([a-z-]+)`/gm)].map((m) => m[1]!)) expect(declaredFlags, `--${flag} in the docs`).toContain(flag);
+    const declaredVariables = new Set([...SERVER_SETTINGS, ...settings].filter((s) => s.flag === undefined).map((s) => s.env));
+    for (const variable of [...doc.matchAll(/^\| — \| `([A-Z0-9_]+)`/gm)].map((m) => m[1]!)) expect(declaredVariables, `${variable} in the docs`).toContain(variable);
   });
 });

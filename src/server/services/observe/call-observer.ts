@@ -69,10 +69,6 @@ export interface CallObserverOptions {
   readonly debugEnabled?: boolean;
 }
 
-export function callSampleFromEnv(env: NodeJS.ProcessEnv = process.env): number {
-  const value = Number(env.LANEWAY_LOG_CALLS_SAMPLE);
-  return Number.isInteger(value) && value > 0 ? value : 0;
-}
 
 
 export class CallObserver {

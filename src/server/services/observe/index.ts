@@ -1,7 +1,8 @@
+import type { ObserveSettings } from "../../../config/index.js";
 import type { Logger } from "../../../log/logger.js";
 import type { BrokerConnection } from "../../../nats/index.js";
 import type { CoreBinding } from "../../core-binding.js";
-import { CallObserver, callSampleFromEnv, noteCallWire } from "./call-observer.js";
+import { CallObserver, noteCallWire } from "./call-observer.js";
 import { withHttpRoutes } from "./http-routes.js";
 import { LanewayMetrics } from "./metrics.js";
 
@@ -18,17 +19,21 @@ export interface Observation {
   close(): void;
 }
 
-/** `cores`: every binding the server knows (served or not: /metrics lists the same families on every process). */
-export function openObservation(options: { broker: BrokerConnection; log: Logger; cores: readonly CoreBinding[]; env?: NodeJS.ProcessEnv }): Observation {
-  const env = options.env ?? process.env;
-  const metrics = new LanewayMetrics({ broker: options.broker, cores: options.cores });
-  const calls = new CallObserver({ metrics, log: options.log, sampleSuccesses: callSampleFromEnv(env), debugEnabled: env.LANEWAY_LOG_LEVEL === "debug" });
+/**
+ * `cores`: every binding the server knows (served or not: /metrics lists
+ * the same families on every process); `settings`: the server's log and
+ * metrics settings.
+ */
+export function openObservation(options: { broker: BrokerConnection; log: Logger; cores: readonly CoreBinding[]; settings: ObserveSettings }): Observation {
+  const { settings } = options;
+  const metrics = new LanewayMetrics({ broker: options.broker, cores: options.cores, refreshMs: settings.metricsRefreshMs });
+  const calls = new CallObserver({ metrics, log: options.log, sampleSuccesses: settings.callsSample, debugEnabled: settings.logLevel === "debug" });
   let closed = false;
   return {
     metrics,
     calls,
     noteRequest: noteCallWire,
-    routes: (rpc) => withHttpRoutes(rpc, { metrics, log: options.log, metricsToken: env.LANEWAY_METRICS_TOKEN || undefined }) as typeof rpc,
+    routes: (rpc) => withHttpRoutes(rpc, { metrics, log: options.log, metricsToken: settings.metricsToken?.reveal() }) as typeof rpc,
     close() {
       if (closed) return;
       closed = true;

@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Registry } from "prom-client";
+import { SERVER_DEFAULTS } from "../../../config/index.js";
 import type { BrokerConnection, BrokerStateChange } from "../../../nats/index.js";
 import type { CoreBinding, CoreCallMetrics } from "../../core-binding.js";
 
@@ -25,11 +26,6 @@ import type { CoreBinding, CoreCallMetrics } from "../../core-binding.js";
 /** Latency buckets (seconds): 0.5 ms to 30 s, for unary calls and long claims alike. */
 const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
-/** How often a core's figures read from the broker (the lanes' last sequences) may be read again; `LANEWAY_METRICS_REFRESH_MS`, default 5 s. */
-export function metricsRefreshMs(env: NodeJS.ProcessEnv = process.env): number {
-  const value = Number(env.LANEWAY_METRICS_REFRESH_MS);
-  return Number.isFinite(value) && value >= 0 ? value : 5_000;
-}
 
 /** One (method, code)'s latency histogram and its calls by reason, counted in plain numbers. */
 export interface RpcEntry {
@@ -151,7 +147,7 @@ export class LanewayMetrics {
    */
   constructor(options: { broker?: BrokerConnection; refreshMs?: number; now?: () => number; cores?: readonly Pick<CoreBinding, "services" | "metrics">[] } = {}) {
     const registers = [this.registry];
-    const context = { refreshMs: options.refreshMs ?? metricsRefreshMs(), now: options.now ?? Date.now };
+    const context = { refreshMs: options.refreshMs ?? SERVER_DEFAULTS.metricsRefreshMs, now: options.now ?? Date.now };
     collectDefaultMetrics({ register: this.registry });
     const rpc = this.#rpc.metrics();
     this.registry.registerMetric(rpc.calls as never);
