@@ -20,6 +20,8 @@
  * | {@link StateRevisionConflictError} | `swarm_conflict` | a state write whose expected revision is not the key's |
  * | {@link BusResourceMissingError} | `swarm_not_found` | bind mode and the hub has not provisioned the stream or consumer |
  * | {@link BusConfigError} | `swarm_invalid` | the bus settings (options or `AGENTIHOOKS_BUS*` variables) |
+ * | {@link BusConfiguredConsumerError} | `swarm_conflict` | a hub durable in a shape the fan-in cannot use, or missing in bind mode |
+ * | {@link SlotError} | `slot_*` ({@link SlotReason}) | an account-slot request, on either side of the slot protocol |
  */
 import { CoreError } from "../errors/core-error.js";
 import { classifyNatsError, JetStreamErrorCode } from "../nats/index.js";
@@ -213,4 +215,32 @@ export function jetStreamCode(error: unknown): number | undefined {
 function shown(text: string): string {
   const clipped = text.length > 256 ? `${text.slice(0, 256)}…` : text;
   return clipped.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** A hub durable that exists in a shape the fan-in cannot use, or is missing in bind mode. */
+export class BusConfiguredConsumerError extends SwarmError {
+  constructor(message: string) {
+    super("swarm_conflict", message);
+  }
+}
+
+/**
+ * Why a slot request failed:
+ * - `slot_invalid`: the body or subject breaks the protocol (not JSON, an
+ *   unknown op or account, a lease out of bounds, a malformed slot id);
+ * - `slot_forbidden`: the body names another hive than the subject (the
+ *   credential's hive), or the hive is not a member of this hub;
+ * - `slot_exhausted`: no free slot on the accounts asked for, or the hive
+ *   holds its most slots at once;
+ * - `slot_lost`: a renewal of a slot the hive no longer holds (its lease
+ *   ended, or it was returned or taken again);
+ * - `slot_unavailable`: the hub's buckets cannot be reached, or no hub
+ *   answers (member side).
+ */
+export type SlotReason = "slot_invalid" | "slot_forbidden" | "slot_exhausted" | "slot_lost" | "slot_unavailable";
+
+/** A failed slot request; the message is written for the member and holds no secret. */
+export class SlotError extends CoreError<SlotReason> {
+  override readonly name = "SlotError";
+  readonly domain = "swarm" as const;
 }

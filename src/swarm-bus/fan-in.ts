@@ -41,7 +41,7 @@
 import { AckPolicy, DeliverPolicy, type ConsumerInfo, type ConsumerMessages, type JsMsg } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
 import { swarmOfStream } from "./stream-names.js";
-import { busFailure, BusResourceMissingError, jetStreamCode, SwarmError } from "./errors.js";
+import { BusConfiguredConsumerError, busFailure, BusResourceMissingError, jetStreamCode, SwarmError } from "./errors.js";
 import type { BusStreams } from "./streams.js";
 import { decodeEvent, logicalSubject, type BusEvent, type BusMode } from "./subject-map.js";
 
@@ -374,13 +374,6 @@ export class EventFanIn {
       const timer = setTimeout(done, ms);
       this.#wake.add(done);
     });
-  }
-}
-
-/** A hub durable that exists in a shape the fan-in cannot use, or is missing in bind mode. */
-export class BusConfiguredConsumerError extends SwarmError {
-  constructor(message: string) {
-    super("swarm_conflict", message);
   }
 }
 

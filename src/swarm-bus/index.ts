@@ -30,6 +30,7 @@ export {
   BusResourceMissingError,
   MigrationIncompleteError,
   MigrationRefusedError,
+  SlotError,
   StateRevisionConflictError,
   SwarmError,
   type SwarmReason,
@@ -41,7 +42,7 @@ export { WorkItem, WorkQueue } from "./queue.js";
 export { HIVE_ENV } from "./member-env.js";
 export { acceptCredential, readHiveEnv, readInvite, saveHiveFiles, writeInviteFile, type MemberInvite } from "./member-files.js";
 export { requestSlotRaw, SlotClient } from "./slot-client.js";
-export { encodeSlotRequest, SlotError, type AccountSlot } from "./slot-protocol.js";
+export { encodeSlotRequest, type AccountSlot } from "./slot-protocol.js";
 export {
   consumerName,
   deadLetterSubject,

@@ -10,11 +10,11 @@
  */
 import type { NatsConnection } from "@nats-io/transport-node";
 import { BrokerPermissionError, BrokerTimeoutError, BrokerUnavailableError, classifyNatsError } from "../nats/index.js";
+import { SlotError } from "./errors.js";
 import { slotRequestSubject } from "./stream-names.js";
 import {
   decodeSlotAnswer,
   encodeSlotRequest,
-  SlotError,
   type AccountSlot,
   type SlotAnswer,
   type SlotHeldAnswer,

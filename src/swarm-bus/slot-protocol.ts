@@ -25,7 +25,7 @@
  * { "ok": false, "op": "take", "error": { "reason": "slot_exhausted", "message": "…" } }
  * ```
  */
-import { CoreError } from "../errors/core-error.js";
+import { SlotError, type SlotReason } from "./errors.js";
 import { isMemberId } from "./swarm-names.js";
 
 /** The largest request body the hub reads; bigger ones are `slot_invalid`. */
@@ -37,27 +37,6 @@ export const SLOT_LEASE = Object.freeze({ defaultSeconds: 300, minSeconds: 1, ma
 /** The operations a member may ask for. */
 export const SLOT_OPERATIONS = Object.freeze(["take", "renew", "return", "list"] as const);
 export type SlotOperation = (typeof SLOT_OPERATIONS)[number];
-
-/**
- * Why a slot request failed:
- * - `slot_invalid`: the body or subject breaks the protocol (not JSON, an
- *   unknown op or account, a lease out of bounds, a malformed slot id);
- * - `slot_forbidden`: the body names another hive than the subject (the
- *   credential's hive), or the hive is not a member of this hub;
- * - `slot_exhausted`: no free slot on the accounts asked for, or the hive
- *   holds its most slots at once;
- * - `slot_lost`: a renewal of a slot the hive no longer holds (its lease
- *   ended, or it was returned or taken again);
- * - `slot_unavailable`: the hub's buckets cannot be reached, or no hub
- *   answers (member side).
- */
-export type SlotReason = "slot_invalid" | "slot_forbidden" | "slot_exhausted" | "slot_lost" | "slot_unavailable";
-
-/** A failed slot request; the message is written for the member and holds no secret. */
-export class SlotError extends CoreError<SlotReason> {
-  override readonly name = "SlotError";
-  readonly domain = "swarm" as const;
-}
 
 /** A parsed request. */
 export type SlotRequest =
