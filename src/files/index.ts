@@ -1,2 +1,2 @@
 /** Files written whole or not at all, with one fsync rule (private-files.ts). */
-export { createPrivateFile, errnoCode, readOptionalFile, writePrivateFile } from "./private-files.js";
+export { createPrivateFile, createPrivateFileSync, errnoCode, readOptionalFile, writePrivateFile } from "./private-files.js";

@@ -1,6 +1,7 @@
 /**
  * Files written whole or not at all: seeds, credentials, the signer record,
- * the hub state, the demo's tokens and lanes configuration.
+ * the hub state, the demo's tokens and lanes configuration, the Kmap
+ * signing key, the embedded nats-server's configuration.
  *
  * One rule for every write: the content goes to a temporary file in the
  * target's folder, created exclusively with the target's mode (0600 unless
@@ -14,6 +15,7 @@
  * files are secrets.
  */
 import { randomBytes } from "node:crypto";
+import { chmodSync, closeSync, fsyncSync, linkSync, mkdirSync, openSync, rmSync, writeSync } from "node:fs";
 import { link, mkdir, open, readFile, rename, rm } from "node:fs/promises";
 import { dirname } from "node:path";
 
@@ -52,6 +54,36 @@ export async function createPrivateFile(path: string, content: string | Uint8Arr
   return true;
 }
 
+/**
+ * {@link createPrivateFile} for code that cannot wait (a worker thread's
+ * start): the same steps and the same fsync rule, synchronously.
+ */
+export function createPrivateFileSync(path: string, content: string | Uint8Array, mode = 0o600): boolean {
+  const folder = dirname(path);
+  mkdirSync(folder, { recursive: true, mode: 0o700 });
+  const temp = `${path}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`;
+  try {
+    const fd = openSync(temp, "wx", mode);
+    try {
+      chmodSync(temp, mode); // the umask may have removed bits; set exactly
+      writeSync(fd, typeof content === "string" ? Buffer.from(content, "utf8") : content);
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      linkSync(temp, path);
+    } catch (error) {
+      if (errnoCode(error) === "EEXIST") return false;
+      throw error;
+    }
+  } finally {
+    rmSync(temp, { force: true });
+  }
+  syncFolderSync(folder);
+  return true;
+}
+
 /** Reads a file as UTF-8, or undefined when it does not exist. Other errors are thrown. */
 export async function readOptionalFile(path: string): Promise<string | undefined> {
   try {
@@ -83,6 +115,18 @@ async function writeTemporary(path: string, content: string | Uint8Array, mode: 
   } catch (error) {
     await rm(temp, { force: true }).catch(() => {});
     throw error;
+  }
+}
+
+function syncFolderSync(folder: string): void {
+  let fd: number | undefined;
+  try {
+    fd = openSync(folder, "r");
+    fsyncSync(fd);
+  } catch {
+    // Some file systems cannot fsync a directory; the link is still atomic.
+  } finally {
+    if (fd !== undefined) closeSync(fd);
   }
 }
 

@@ -2,7 +2,7 @@ import { mkdtemp, readdir, readFile, rm, stat, symlink } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, expect, test } from "vitest";
-import { createPrivateFile, readOptionalFile, writePrivateFile } from "../../src/files/index.js";
+import { createPrivateFile, createPrivateFileSync, readOptionalFile, writePrivateFile } from "../../src/files/index.js";
 
 /**
  * The one atomic write: exact modes whatever the umask, replace versus
@@ -49,6 +49,22 @@ test("a create-once write creates the file only when nothing is there, even a da
   await symlink(join(dir, "nowhere"), dangling);
   expect(await createPrivateFile(dangling, "x\n")).toBe(false);
   expect((await readdir(dir)).sort()).toEqual(["dangling", "tokens.env"]);
+});
+
+test("the synchronous create-once write follows the same rule: exact mode, folder 0700, first content wins, no temporary file", async () => {
+  const dir = await folder();
+  const path = join(dir, "kmap", "signing-key.pem");
+  const umask = process.umask(0o077);
+  try {
+    expect(createPrivateFileSync(path, "first\n", 0o640)).toBe(true);
+  } finally {
+    process.umask(umask);
+  }
+  expect(createPrivateFileSync(path, new TextEncoder().encode("second\n"))).toBe(false);
+  expect(await readFile(path, "utf8")).toBe("first\n");
+  expect((await stat(path)).mode & 0o777).toBe(0o640);
+  expect((await stat(join(dir, "kmap"))).mode & 0o777).toBe(0o700);
+  expect(await readdir(join(dir, "kmap"))).toEqual(["signing-key.pem"]);
 });
 
 test("an optional read is undefined for a missing file and throws other failures", async () => {

@@ -1,7 +1,6 @@
 import { createHash, createPrivateKey, createPublicKey, generateKeyPairSync, sign, type KeyObject } from "node:crypto";
-import { closeSync, fsyncSync, linkSync, mkdirSync, openSync, readFileSync, unlinkSync, writeSync } from "node:fs";
-import { dirname } from "node:path";
-import { newKwebId } from "./kweb-ids.js";
+import { readFileSync } from "node:fs";
+import { createPrivateFileSync } from "../../files/index.js";
 import { KwebFailureError } from "./kweb-failure-error.js";
 
 /**
@@ -104,41 +103,14 @@ function parseKey(pem: string): KwebSigningKey {
   return signingKeyFrom(key);
 }
 
-/** Writes a new key under `path` unless one appears there first. */
+/** Writes a new key under `path` unless one appears there first (src/files: written whole or not at all). */
 function createKeyFile(path: string): void {
-  const directory = dirname(path);
-  const temporary = `${path}.${newKwebId()}.tmp`;
   try {
-    mkdirSync(directory, { recursive: true, mode: 0o700 });
     const { privateKey } = generateKeyPairSync("ed25519");
-    const pem = privateKey.export({ type: "pkcs8", format: "pem" }).toString();
-    const fd = openSync(temporary, "wx", 0o600);
-    try {
-      writeSync(fd, pem);
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
-    }
-    try {
-      linkSync(temporary, path);
-    } catch (error) {
-      // Another start created the key first: use that one.
-      if (errnoCode(error) !== "EEXIST") throw error;
-    }
-    const dirFd = openSync(directory, "r");
-    try {
-      fsyncSync(dirFd);
-    } finally {
-      closeSync(dirFd);
-    }
+    // false: another start created the key first; the caller reads that one.
+    createPrivateFileSync(path, privateKey.export({ type: "pkcs8", format: "pem" }).toString());
   } catch (error) {
     throw new KwebFailureError("signing_key_invalid", "the Kmap signing key file cannot be created", { cause: error });
-  } finally {
-    try {
-      unlinkSync(temporary);
-    } catch {
-      // Never created, or already gone.
-    }
   }
 }
 
