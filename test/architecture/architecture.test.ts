@@ -205,3 +205,12 @@ test("every file Laneway writes goes through src/files (one fsync rule): no plai
   }
   expect(violations).toEqual([]);
 });
+
+test("docs/architecture.md's drawing names every folder of src/ and every folder of src/server", () => {
+  const doc = readFileSync(join(repoRoot, "docs/architecture.md"), "utf8");
+  const drawing = doc.slice(doc.indexOf("## Layers"), doc.indexOf("```", doc.indexOf("```", doc.indexOf("## Layers")) + 3));
+  const folders = new Set([...graph.edges.keys()].map(folderOf));
+  for (const folder of folders) expect(drawing, `src/${folder}`).toMatch(new RegExp(`src/${folder}(?![a-z-])`));
+  const serverRooms = new Set([...graph.edges.keys()].filter((f) => f.startsWith("src/server/") && f.split("/").length > 3).map((f) => f.split("/")[2]!));
+  for (const room of serverRooms) expect(drawing, `src/server/${room}/`).toMatch(new RegExp(`\\b${room}/`));
+});
