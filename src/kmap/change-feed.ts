@@ -1,6 +1,6 @@
 import type { CommandEvent } from "./command-record.js";
 import type { LaneCounters } from "./command-store.js";
-import { coreEvents } from "../observe/core-events.js";
+import { coreChannel } from "../observe/core-events.js";
 
 /**
  * The in-memory side of the change log. SQLite stays the record of what
@@ -101,12 +101,25 @@ export class ChangeFeed {
   }
 }
 
-/** Tells the process's metrics of the commands that reached their outcome (src/observe/core-events.ts). */
+/**
+ * What the process's metrics hear of commands that reached their outcome:
+ * the commands committed in one lane transaction, each with its time from
+ * submission to commit, or one command that failed for good, with its
+ * error code.
+ */
+export type CommandOutcomes =
+  | { readonly kind: "committed"; readonly latenciesMs: readonly number[] }
+  | { readonly kind: "failed"; readonly code: string; readonly latencyMs: number };
+
+/** The channel of command outcomes (src/observe/core-events.ts); the Kmap binding's metrics install its sink. */
+export const commandOutcomes = coreChannel<CommandOutcomes>("kmap.outcomes");
+
+/** Tells the process's metrics of the commands that reached their outcome. */
 function observeOutcomes(events: readonly CommandEvent[]): void {
   let committed: number[] | undefined;
   for (const event of events) {
     if (event.kind === "committed") (committed ??= []).push(event.changedAt - event.record.submittedAt);
-    else if (event.kind === "failed") coreEvents.kmapFailed(event.record.error?.code ?? "unknown", event.changedAt - event.record.submittedAt);
+    else if (event.kind === "failed") commandOutcomes.emit({ kind: "failed", code: event.record.error?.code ?? "unknown", latencyMs: event.changedAt - event.record.submittedAt });
   }
-  if (committed !== undefined) coreEvents.kmapCommitted(committed);
+  if (committed !== undefined) commandOutcomes.emit({ kind: "committed", latenciesMs: committed });
 }

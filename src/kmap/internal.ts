@@ -8,6 +8,7 @@ export { KMAP_PAUSE_POINTS, type KmapPausePoint } from "./pause-point-names.js";
 export { openCommandQueue, type OpenedCommandQueue, type OpenCommandQueueOptions } from "./open-command-queue.js";
 export { CommandStore, CommandStoreError, type Durability, type LaneCounters } from "./command-store.js";
 export { CommandReader } from "./command-reader.js";
-export { ChangeFeed } from "./change-feed.js";
+export { ChangeFeed, commandOutcomes, type CommandOutcomes } from "./change-feed.js";
+export type { LaneStatus } from "./command-queue.js";
 export { DurableChanges } from "./durable-changes.js";
 export { WorkerLane } from "./worker-lane.js";

@@ -3,7 +3,6 @@ import { noPausePoints, type PausePoints } from "../fault-injection/pause-points
 import { silentLogger, type Logger } from "../log/logger.js";
 import { BrokerConnection } from "../nats/index.js";
 import { withinDeadline } from "./deadline.js";
-import type { GroupObservation } from "../observe/core-events.js";
 import { LaneError } from "./errors.js";
 import { LaneStore } from "./lane-store.js";
 import { LaneWatchers, type LaneHold } from "./lane-watcher.js";
@@ -16,6 +15,7 @@ import {
   WorkGroups,
   type ClaimParams,
   type GroupInspection,
+  type GroupObservation,
   type GroupTarget,
   type ReceiptOutcome,
   type ReceiptParams,

@@ -1,4 +1,3 @@
-import type { GroupObservation } from "../observe/core-events.js";
 import { randomBytes } from "node:crypto";
 import { RequestError } from "@nats-io/transport-node";
 import { silentLogger, type Logger } from "../log/logger.js";
@@ -100,6 +99,22 @@ export interface WorkDelivery {
 
 /** A receipt-bound operation's own outcome in a batch. */
 export type ReceiptOutcome<T> = { readonly ok: T } | { readonly error: unknown };
+
+/** One work group's state as this process last saw it (no broker request). */
+export interface GroupObservation {
+  readonly lane: string;
+  readonly group: string;
+  /** Deliveries leased and not expired. */
+  readonly leases: number;
+  /** Deliveries waiting for their retry (nacked, or leases that expired). */
+  readonly retriesWaiting: number;
+  /** The group's cursor: the last sequence it examined for fresh work. */
+  readonly cursor: number;
+  /** Unfinished deliveries (leased, expired or waiting for a retry). */
+  readonly unfinished: number;
+  /** When the stream stored the oldest unfinished delivery this process read (epoch ms), if known. */
+  readonly oldestUnfinishedStoredAt: number | undefined;
+}
 
 /** Which group of which lane a project acts on. */
 export interface GroupTarget {

@@ -2,83 +2,57 @@
  * What the cores tell the process's metrics, without knowing of metrics.
  *
  * The cores are libraries that know nothing of HTTP or Prometheus. Where a
- * figure exists only inside a core (a Kmap command committed, the state of
- * a work group this process holds in memory), the core calls one of these
- * small hooks or registers a reader; `src/server/services/observe` turns them into
- * metrics. Every hook is a no-op until a server installs a sink, so a core
- * used as a library pays a function call and nothing else.
+ * figure exists only inside a core (a command committed, the state of a
+ * work group this process holds in memory), the core emits on a named
+ * channel or its binding registers a named reader; the binding's metrics
+ * (src/server/cores) read them. This module knows no core: each core names
+ * its channels and readers and defines what they carry. Every channel is a
+ * no-op until a server installs a sink, so a core used as a library pays a
+ * function call and nothing else.
  *
- * The values passed are bounded by construction: counts, durations, lane
- * and group identifiers from the configuration, reason codes. Never a
- * token, receipt, payload or free text.
+ * The values passed are bounded by construction: counts, durations,
+ * identifiers from the configuration, reason codes. Never a token, a
+ * receipt, a payload or free text.
  */
 
-/** One work group's state as this process last saw it (no broker request). */
-export interface GroupObservation {
-  readonly lane: string;
-  readonly group: string;
-  /** Deliveries leased and not expired. */
-  readonly leases: number;
-  /** Deliveries waiting for their retry (nacked, or leases that expired). */
-  readonly retriesWaiting: number;
-  /** The group's cursor: the last sequence it examined for fresh work. */
-  readonly cursor: number;
-  /** Unfinished deliveries (leased, expired or waiting for a retry). */
-  readonly unfinished: number;
-  /** When the stream stored the oldest unfinished delivery this process read (epoch ms), if known. */
-  readonly oldestUnfinishedStoredAt: number | undefined;
+/** A named channel from a core to the process's metrics. */
+export interface CoreChannel<T> {
+  /** Tells the installed sink, if any. */
+  emit(value: T): void;
+  /** Installs the process's sink (one per process: metrics are per process); returns the uninstaller. */
+  install(sink: (value: T) => void): () => void;
 }
 
-/** The Kmap command lane's backlog as its writer last reported it. */
-export interface KmapObservation {
-  readonly pending: number;
-  readonly maxPending: number;
+const channels = new Map<string, CoreChannel<never>>();
+const readers = new Map<string, () => unknown>();
+
+/** The channel called `name` (`<core>.<what>`): the core and its binding, asking by the same name, get the same channel. */
+export function coreChannel<T>(name: string): CoreChannel<T> {
+  const known = channels.get(name);
+  if (known !== undefined) return known as unknown as CoreChannel<T>;
+  let sink: ((value: T) => void) | undefined;
+  const channel: CoreChannel<T> = {
+    emit: (value) => sink?.(value),
+    install(next) {
+      sink = next;
+      return () => {
+        if (sink === next) sink = undefined;
+      };
+    },
+  };
+  channels.set(name, channel as unknown as CoreChannel<never>);
+  return channel;
 }
 
-/** Readers the cores register; read at scrape time from memory only. */
-export interface CoreReaders {
-  groups?: () => readonly GroupObservation[];
-  /** The last sequence of each lane, read at most once per call (the collector bounds how often). */
-  laneLastSequences?: () => Promise<ReadonlyMap<string, number>>;
-  kmap?: () => KmapObservation;
-}
-
-/** The sink a server installs. */
-export interface CoreEventSink {
-  /** Commands committed in one lane transaction, each with its time from submission to commit (ms). */
-  kmapCommitted(latenciesMs: readonly number[]): void;
-  /** A command that failed for good, with its error code. */
-  kmapFailed(code: string, latencyMs: number): void;
-}
-
-const noSink: CoreEventSink = { kmapCommitted: () => {}, kmapFailed: () => {} };
-
-let sink: CoreEventSink = noSink;
-const readers: CoreReaders = {};
-
-/** The hooks the cores call. */
-export const coreEvents: CoreEventSink = {
-  kmapCommitted: (latencies) => sink.kmapCommitted(latencies),
-  kmapFailed: (code, latency) => sink.kmapFailed(code, latency),
-};
-
-/** Installs the process's sink (one per process: metrics are per process); returns the uninstaller. */
-export function installCoreEventSink(next: CoreEventSink): () => void {
-  sink = next;
+/** Registers the reader called `name` (`<core>.<what>`), read at scrape time from memory; returns the function that removes it. */
+export function registerCoreReader<T>(name: string, reader: () => T): () => void {
+  readers.set(name, reader);
   return () => {
-    if (sink === next) sink = noSink;
+    if (readers.get(name) === reader) readers.delete(name);
   };
 }
 
-/** Registers a core's reader; returns the function that removes it. */
-export function registerCoreReader<K extends keyof CoreReaders>(name: K, reader: NonNullable<CoreReaders[K]>): () => void {
-  readers[name] = reader;
-  return () => {
-    if (readers[name] === reader) delete readers[name];
-  };
-}
-
-/** The readers registered now. */
-export function coreReaders(): Readonly<CoreReaders> {
-  return readers;
+/** The reader registered under `name` now, if any. */
+export function coreReader<T>(name: string): (() => T) | undefined {
+  return readers.get(name) as (() => T) | undefined;
 }

@@ -4,10 +4,10 @@ import { KmapCommandService } from "../../../gen/laneway/kmap/v1/kmap_command_se
 import { KmapReadService } from "../../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
 import { parseCount } from "../../config/index.js";
 import { openKmapCore, rootCauseFields, type KmapReason } from "../../kmap/index.js";
-import { KMAP_PAUSE_POINTS } from "../../kmap/internal.js";
+import { commandOutcomes, KMAP_PAUSE_POINTS, type LaneStatus } from "../../kmap/internal.js";
 import { safeErrorFields } from "../../log/logger.js";
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
-import { coreReaders, installCoreEventSink, registerCoreReader } from "../../observe/core-events.js";
+import { coreReader, registerCoreReader } from "../../observe/core-events.js";
 import { implement, messageField, type CoreBinding, type CoreCallMetrics, type ErrorDomainSpec } from "../core-binding.js";
 import { kmapCommandServiceImpl } from "../services/kmap-command-service.js";
 import { kmapReadServiceImpl } from "../services/kmap-read-service.js";
@@ -34,6 +34,9 @@ const reasons: Readonly<Record<KmapReason, Code>> = {
 const errors: ErrorDomainSpec = { domain: "kmap", reasons, fallbackReasons: { invalid: "invalid_input" } };
 
 export const KMAP_DEFAULTS = Object.freeze({ maxPending: 10_000 });
+
+/** The reader of the command lane's backlog, registered while the core is open, read by the backlog gauges. */
+const BACKLOG_READER = "kmap.backlog";
 const MAX_PENDING_RANGE = { min: 1, max: 10_000_000 };
 
 export interface KmapSettings {
@@ -67,7 +70,7 @@ function kmapMetrics(registry: Registry): CoreCallMetrics {
     help: "Unfinished (Queued or Applying) Kmap commands.",
     registers,
     collect() {
-      const kmap = coreReaders().kmap?.();
+      const kmap = coreReader<LaneStatus>(BACKLOG_READER)?.();
       if (kmap !== undefined) this.set(kmap.pending);
     },
   });
@@ -76,20 +79,19 @@ function kmapMetrics(registry: Registry): CoreCallMetrics {
     help: "The most unfinished Kmap commands the lane accepts (--kmap-max-pending).",
     registers,
     collect() {
-      const kmap = coreReaders().kmap?.();
+      const kmap = coreReader<LaneStatus>(BACKLOG_READER)?.();
       if (kmap !== undefined) this.set(kmap.maxPending);
     },
   });
   committed.inc(0);
-  const uninstall = installCoreEventSink({
-    kmapCommitted: (latencies) => {
-      committed.inc(latencies.length);
-      for (const ms of latencies) apply.observe({ outcome: "committed" }, Math.max(0, ms) / 1000);
-    },
-    kmapFailed: (code, ms) => {
-      failed.inc({ code });
-      apply.observe({ outcome: "failed" }, Math.max(0, ms) / 1000);
-    },
+  const uninstall = commandOutcomes.install((outcome) => {
+    if (outcome.kind === "committed") {
+      committed.inc(outcome.latenciesMs.length);
+      for (const ms of outcome.latenciesMs) apply.observe({ outcome: "committed" }, Math.max(0, ms) / 1000);
+    } else {
+      failed.inc({ code: outcome.code });
+      apply.observe({ outcome: "failed" }, Math.max(0, outcome.latencyMs) / 1000);
+    }
   });
   return {
     succeeded(_service, method, { response }) {
@@ -134,7 +136,7 @@ export const kmapBinding: CoreBinding = {
       pausePoints: ctx.pausePoints,
       maxPending: settings.maxPending,
     });
-    const unobserve = registerCoreReader("kmap", () => core.queue.status());
+    const unobserve = registerCoreReader(BACKLOG_READER, () => core.queue.status());
     const names = [KmapCommandService.typeName, KmapReadService.typeName];
     for (const name of names) ctx.health.set(name, "serving");
     const fatal = core.runtime.run().then(

@@ -1,9 +1,9 @@
 import { Code } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { resolve } from "node:path";
-import { EXAMPLE_LANES_CONFIG, loadLanesConfig, openLanesCore, PUBLISH_PAUSE_POINTS, type LaneReason, type LanesConfig, type LanesCore } from "../../lanes/index.js";
+import { EXAMPLE_LANES_CONFIG, loadLanesConfig, openLanesCore, PUBLISH_PAUSE_POINTS, type GroupObservation, type LaneReason, type LanesConfig, type LanesCore } from "../../lanes/index.js";
 import { Counter, Gauge, type Registry } from "prom-client";
-import { coreReaders, registerCoreReader } from "../../observe/core-events.js";
+import { coreReader, registerCoreReader } from "../../observe/core-events.js";
 import { secretAuthenticator } from "../auth.js";
 import { implement, messageField as field, type CoreBinding, type CoreCallMetrics, type CoreMetricsContext, type ErrorDomainSpec } from "../core-binding.js";
 import { laneServiceImpl } from "../services/lane-service.js";
@@ -52,6 +52,10 @@ export interface LanesSettings {
 }
 
 const recordKinds: Record<number, string> = { 1: "event", 2: "work" };
+
+/** The readers the open core registers for the metrics: the groups this process holds, and each lane's last sequence (one broker read per lane). */
+const GROUPS_READER = "lanes.groups";
+const LAST_SEQUENCES_READER = "lanes.lastSequences";
 const receiptMethods = new Set(["Ack", "Nack", "Renew", "AckBatch", "NackBatch", "RenewBatch"]);
 
 /**
@@ -82,7 +86,7 @@ function lanesMetrics(registry: Registry, { refreshMs, now }: CoreMetricsContext
   let lastSequences: { at: number; values: ReadonlyMap<string, number>; pending?: Promise<ReadonlyMap<string, number>> } | undefined;
   /** Each lane's last sequence: the broker's, read at most once per refresh interval, or a later publication of this process. */
   const laneLast = async (): Promise<Map<string, number>> => {
-    const reader = coreReaders().laneLastSequences;
+    const reader = coreReader<Promise<ReadonlyMap<string, number>>>(LAST_SEQUENCES_READER);
     const at = now();
     let cached = lastSequences;
     if (reader !== undefined && (cached === undefined || at - cached.at >= refreshMs)) {
@@ -100,7 +104,7 @@ function lanesMetrics(registry: Registry, { refreshMs, now }: CoreMetricsContext
     return last;
   };
   const groupFigures = async () => {
-    const groups = coreReaders().groups?.() ?? [];
+    const groups = coreReader<readonly GroupObservation[]>(GROUPS_READER)?.() ?? [];
     if (groups.length === 0) return [];
     const last = await laneLast();
     const at = now();
@@ -255,7 +259,7 @@ export const lanesBinding: CoreBinding = {
       offCore?.();
     };
     refresh();
-    const unobserve = core ? [registerCoreReader("groups", () => core!.observeGroups()), registerCoreReader("laneLastSequences", () => core!.lastSequences())] : [];
+    const unobserve = core ? [registerCoreReader(GROUPS_READER, () => core!.observeGroups()), registerCoreReader(LAST_SEQUENCES_READER, () => core!.lastSequences())] : [];
     return {
       implementations: [implement(LaneService, laneServiceImpl(core, ctx.drain, ctx.log, errors))],
       ...(config ? { authenticate: secretAuthenticator("project", config.tokens) } : {}),
