@@ -4,6 +4,7 @@ import { afterAll, beforeAll, expect, test } from "vitest";
 import { KmapReadService } from "../../gen/laneway/kmap/v1/kmap_read_service_pb.js";
 import { LaneService } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { generateTokens, spawnLaneway, startLanewayProcess, collectLines, type ChildLaneway } from "../helpers/laneway.js";
+import { buildLanesConfig } from "../helpers/lanes-config.js";
 import { withJetStream, type LaneClient } from "../helpers/lanes.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
 import { waitFor } from "../helpers/wait-for.js";
@@ -28,15 +29,11 @@ import { streamName } from "../../src/lanes/index.js";
 
 const tokens = generateTokens();
 const NAMESPACE = "replicas";
-const config = {
+const config = buildLanesConfig({
   namespace: NAMESPACE,
-  principals: [
-    { project: "atlas", token_env: "ATLAS_LANE_TOKEN" },
-    { project: "beacon", token_env: "BEACON_LANE_TOKEN" },
-  ],
   lanes: [{ id: "jobs", owner: "atlas", publishers: ["atlas"], subscribers: ["atlas"], groups: { workers: ["beacon"] } }],
   lease: "2s",
-};
+});
 
 let nats: NatsServerHandle;
 let full: ChildLaneway;
