@@ -140,21 +140,7 @@ export class LanewayServer {
     const ownerLock = takeOwnerLock(server.dataDir, bindings);
     if (ownerLock !== undefined) started.push({ close: async () => ownerLock.release() });
     try {
-      // At most one core prepares the broker (operator mode, for one).
-      const preparations = [];
-      for (const binding of bindings) {
-        const preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) });
-        if (preparation) preparations.push({ core: binding.name, preparation });
-      }
-      if (preparations.length > 1) throw new Error(`more than one core prepares the broker: ${preparations.map((p) => p.core).join(", ")}`);
-      const { broker, embedded } = await bootBroker({
-        dataDir: server.dataDir,
-        servers: server.natsServers,
-        credentialsFile: server.natsCredentialsFile,
-        serverBin: server.natsServerBin,
-        preparation: preparations[0]?.preparation,
-        log,
-      });
+      const { broker, embedded } = await startBroker(server, bindings, log);
       if (embedded) started.push({ close: () => embedded.stop() });
       started.push({ close: () => broker.close() });
       // Replicated streams only on a broker without the known defects, or with the operator's explicit override.
@@ -179,27 +165,15 @@ export class LanewayServer {
 
       const cores: { name: string; core: OpenCore }[] = [];
       for (const binding of bindings) {
-        const core = await binding
-          .open({
-            startup,
-            settings: startup.cores.get(binding.name),
-            log: log.child({ core: binding.name }),
-            broker,
-            drain: drain.signal,
-            health: reporter,
-            pausePoints: options.pausePoints ?? noPausePoints,
-          })
-          .catch((error: unknown) => {
-            throw startupFailure(binding, error);
-          });
+        const context = { startup, settings: startup.cores.get(binding.name), log: log.child({ core: binding.name }), broker, drain: drain.signal, health: reporter, pausePoints: options.pausePoints ?? noPausePoints };
+        const core = await binding.open(context).catch((error: unknown) => {
+          throw startupFailure(binding, error);
+        });
         cores.push({ name: binding.name, core });
         started.push({ close: () => core.close() });
       }
 
-      const access = new Map<string, ServiceAccess>(publicServices.map((name) => [name, { principal: "none", errors: serverDomain }]));
-      for (const binding of bindings) {
-        for (const { service, principal } of binding.services) access.set(service.typeName, { principal, errors: binding.errors });
-      }
+      const access = serviceAccess(bindings);
       const authenticator = new Authenticator({
         operatorToken: server.adminToken,
         authenticators: cores.flatMap(({ core }) => (core.authenticate ? [core.authenticate] : [])),
@@ -216,19 +190,7 @@ export class LanewayServer {
           .concat(new Promise<Error>(() => {})),
       );
 
-      const routes = (router: ConnectRouter) => {
-        for (const { name, core } of cores) {
-          const binding = bindings.find((b) => b.name === name)!;
-          for (const { service } of binding.services) {
-            const implementation = core.implementations.find((i) => i.service === service);
-            if (implementation === undefined) throw new Error(`the ${name} core does not implement ${service.typeName}`);
-            router.service(service, implementation.impl);
-          }
-        }
-        healthRoutes(router, health);
-        const served = bindings.flatMap((b) => b.services.map((s) => s.service));
-        reflectionRoutes(router, [...served, Health], { files: [file_laneway_errors_v1_errors] });
-      };
+      const routes = (router: ConnectRouter) => serviceRoutes(router, bindings, cores, health);
       const domainOf = (typeName: string) => access.get(typeName)?.errors ?? serverDomain;
       // Once shutdown has begun, a new call is refused before it executes;
       // only calls already running may finish.
@@ -357,4 +319,49 @@ function connectionCapFor(configured: number): number {
   }
   if (soft === undefined || !Number.isFinite(soft)) return configured;
   return Math.max(8, Math.min(configured, soft - 128));
+}
+
+/**
+ * Boots the broker (embedded or external), prepared by at most one core
+ * (operator mode, for one): the step each binding may declare.
+ */
+async function startBroker(server: LanewayServerOptions["startup"]["server"], bindings: readonly CoreBinding[], log: Logger): ReturnType<typeof bootBroker> {
+  const preparations = [];
+  for (const binding of bindings) {
+    const preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) });
+    if (preparation) preparations.push({ core: binding.name, preparation });
+  }
+  if (preparations.length > 1) throw new Error(`more than one core prepares the broker: ${preparations.map((p) => p.core).join(", ")}`);
+  return bootBroker({
+    dataDir: server.dataDir,
+    servers: server.natsServers,
+    credentialsFile: server.natsCredentialsFile,
+    serverBin: server.natsServerBin,
+    preparation: preparations[0]?.preparation,
+    log,
+  });
+}
+
+/** Who may call each service and whose errors it answers: the public services, then each binding's. */
+function serviceAccess(bindings: readonly CoreBinding[]): Map<string, ServiceAccess> {
+  const access = new Map<string, ServiceAccess>(publicServices.map((name) => [name, { principal: "none", errors: serverDomain }]));
+  for (const binding of bindings) {
+    for (const { service, principal } of binding.services) access.set(service.typeName, { principal, errors: binding.errors });
+  }
+  return access;
+}
+
+/** Every service the open cores implement, as their bindings list them, then health and reflection. */
+function serviceRoutes(router: ConnectRouter, bindings: readonly CoreBinding[], cores: readonly { name: string; core: OpenCore }[], health: HealthStatus): void {
+  for (const { name, core } of cores) {
+    const binding = bindings.find((b) => b.name === name)!;
+    for (const { service } of binding.services) {
+      const implementation = core.implementations.find((i) => i.service === service);
+      if (implementation === undefined) throw new Error(`the ${name} core does not implement ${service.typeName}`);
+      router.service(service, implementation.impl);
+    }
+  }
+  healthRoutes(router, health);
+  const served = bindings.flatMap((b) => b.services.map((s) => s.service));
+  reflectionRoutes(router, [...served, Health], { files: [file_laneway_errors_v1_errors] });
 }
