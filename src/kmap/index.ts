@@ -12,7 +12,7 @@ export { retryWhileBusy } from "./command-reader.js";
 export { type CommandEvent, type CommandEventKind, type CommandRecord, type CommandState } from "./command-record.js";
 export { KwebTaskError } from "./command-runtime.js";
 export { KmapError, PositionPrunedError, rootCauseFields, type KmapReason } from "./errors.js";
-export { WriterUnavailableError, type KwebManager } from "./kweb-manager.js";
+export { type KwebManager } from "./kweb-manager.js";
 export { openKmapCore, type KmapCore } from "./kmap-core.js";
 export { FIRST_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS } from "./retry-backoff.js";
 export { validateSubmission, type Submission } from "./submission.js";

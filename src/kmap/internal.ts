@@ -12,3 +12,5 @@ export { ChangeFeed, commandOutcomes, type CommandOutcomes } from "./change-feed
 export type { LaneStatus } from "./command-queue.js";
 export { DurableChanges } from "./durable-changes.js";
 export { WorkerLane } from "./worker-lane.js";
+export { type ApplyFaults } from "./worker-seams.js";
+export { WriterUnavailableError } from "./kweb-manager.js";

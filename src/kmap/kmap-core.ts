@@ -5,10 +5,10 @@ import type { Clock } from "./clock.js";
 import type { CommandQueue } from "./command-queue.js";
 import { DEFAULT_EVENT_RETENTION, type LaneRuntime } from "./command-runtime.js";
 import { DEFAULT_LANE_BUSY_TIMEOUT_MS } from "./command-store.js";
-import type { KwebManager } from "./kweb-manager.js";
 import { EmbeddedKwebManager, KwebReader } from "./kweb/index.js";
 import { DEFAULT_MAX_PENDING } from "./open-command-queue.js";
 import { WorkerLane } from "./worker-lane.js";
+import type { ApplyFaults } from "./worker-seams.js";
 import type { PausePoints } from "../fault-injection/pause-points.js";
 
 /**
@@ -19,9 +19,10 @@ import type { PausePoints } from "../fault-injection/pause-points.js";
  *
  * The command lane runs in the Kweb worker thread (WorkerLane): its
  * runtime, its SQLite writes and its Kweb applies never touch the caller's
- * event loop. The seams for tests (`clock`, `wrapManager`) keep that
- * topology: the runtime in the worker takes its time from the given clock
- * and applies each command through the wrapped manager, both on the
+ * event loop. The seams for tests (`clock`, `applyFaults`) keep that
+ * topology: the runtime in the worker, with its own in-thread manager and
+ * group apply, takes its time from the given clock and asks the given
+ * faults before each apply and after each commit, both answered on the
  * caller's thread (worker-seams.ts), so tests that use them run the
  * production path. (A library user with their own KwebManager runs the
  * runtime on their thread with openCommandQueue.)
@@ -33,8 +34,8 @@ export interface KmapCoreOptions {
   readonly pausePoints?: PausePoints;
   /** The runtime's clock (tests): the runtime in the worker asks it for the time and sleeps on it. */
   readonly clock?: Clock;
-  /** Wraps the embedded manager (tests inject writer outages at this boundary): the runtime in the worker applies each command through it, one at a time. */
-  readonly wrapManager?: (manager: KwebManager) => KwebManager;
+  /** Faults at the boundary between the lane and the Kweb writer (tests inject writer outages and manager failures here; see ApplyFaults). */
+  readonly applyFaults?: ApplyFaults;
   /** The most unfinished commands (`--kmap-max-pending`); default 10,000. */
   readonly maxPending?: number;
   /** How many change-log entries to keep; default 1,000,000. */
@@ -55,8 +56,7 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
   await mkdir(options.directory, { recursive: true, mode: 0o700 });
   const kwebPath = join(options.directory, "kweb.sqlite");
   const commandsPath = join(options.directory, "commands.sqlite");
-  const embedded = new EmbeddedKwebManager({ databasePath: kwebPath, signingKeyPath: join(options.directory, "signing-key.pem") });
-  const manager = options.wrapManager ? options.wrapManager(embedded) : embedded;
+  const manager = new EmbeddedKwebManager({ databasePath: kwebPath, signingKeyPath: join(options.directory, "signing-key.pem") });
   try {
     await manager.ready();
   } catch (error) {
@@ -80,7 +80,7 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
   let recovered: number;
   let closeLane: () => Promise<void>;
   try {
-    const lane = await WorkerLane.open(embedded, {
+    const lane = await WorkerLane.open(manager, {
       commandsPath,
       maxPending,
       eventRetention,
@@ -88,7 +88,7 @@ export async function openKmapCore(options: KmapCoreOptions): Promise<KmapCore> 
       logger: log,
       ...(options.pausePoints ? { pausePoints: options.pausePoints } : {}),
       ...(options.clock ? { clock: options.clock } : {}),
-      ...(options.wrapManager ? { applyThrough: manager } : {}),
+      ...(options.applyFaults ? { applyFaults: options.applyFaults } : {}),
     });
     ({ queue } = lane);
     runtime = lane;

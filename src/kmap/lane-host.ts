@@ -9,7 +9,7 @@ import { InThreadKwebManager } from "./kweb/in-thread-kweb-manager.js";
 import type { KwebWriter } from "./kweb/kweb-writer.js";
 import { failureToWire } from "./thread-errors.js";
 import type { LaneFromWorker, LaneToWorker } from "./worker-lane-protocol.js";
-import { WorkerClock, WorkerManagerProxy } from "./worker-seams.js";
+import { FaultingKwebManager, WorkerClock, WorkerFaults } from "./worker-seams.js";
 
 /**
  * The command lane inside the Kweb worker thread: the thread that owns the
@@ -32,8 +32,6 @@ export class LaneHost {
   readonly #changes: DurableChanges;
   readonly #pause: PausePoints;
   readonly #clock: Clock;
-  /** With the `wrapManager` seam: applies go through the main thread's wrapped manager. */
-  readonly #proxy: WorkerManagerProxy | undefined;
   #groups: Extract<LaneToWorker, { type: "lane_submit" }>[] = [];
   #running: Promise<void> | undefined;
   #closed = false;
@@ -50,8 +48,8 @@ export class LaneHost {
     this.#clock = clock;
     this.#changes = new DurableChanges((rows) => post({ type: "lane_changes", rows, counters: store.counters() }));
     this.#pause = pauseBridge(post, open.pauseFlag);
-    this.#proxy = open.applyOnMain ? new WorkerManagerProxy(post) : undefined;
-    this.#runtime = new CommandRuntime(store, this.#proxy ?? new InThreadKwebManager(writer), this.#changes, {
+    const manager = new InThreadKwebManager(writer);
+    this.#runtime = new CommandRuntime(store, open.faultCell === undefined ? manager : new FaultingKwebManager(manager, new WorkerFaults(post, open.faultCell)), this.#changes, {
       logger: forwardingLogger(post),
       pausePoints: this.#pause,
       eventRetention: open.eventRetention,
@@ -99,10 +97,6 @@ export class LaneHost {
       case "lane_clock_woke":
         if (this.#clock instanceof WorkerClock) this.#clock.woke(message.id);
         return;
-      case "lane_applied":
-      case "lane_apply_failed":
-        this.#proxy?.answered(message);
-        return;
       case "lane_open":
         return;
     }
@@ -115,7 +109,6 @@ export class LaneHost {
     for (const group of this.#groups.splice(0)) {
       this.#post({ type: "lane_submit_failed", id: group.id, error: failureToWire(new Error("the command lane is closed")) });
     }
-    void this.#proxy?.close();
     this.#store.close();
   }
 

@@ -1,5 +1,4 @@
 import type { QueuedItem, WrittenItem } from "./command-queue.js";
-import type { ApplyOutcome } from "./kweb-manager.js";
 import type { EventRow } from "./command-rows.js";
 import type { LaneCounters } from "./command-store.js";
 import type { WireFailure } from "./thread-errors.js";
@@ -32,15 +31,16 @@ export type LaneToWorker =
        * milliseconds, at byte 8. Without it the worker uses the system clock.
        */
       readonly clockCell: SharedArrayBuffer | undefined;
-      /** With the `wrapManager` seam: the runtime applies each command through the main thread's wrapped manager (`lane_apply`). */
-      readonly applyOnMain: boolean;
+      /**
+       * With the `applyFaults` seam: the runtime's manager asks the main
+       * thread's faults (`lane_fault`) and waits here for the answer. 8
+       * bytes: an Int32 flag at byte 0 (set once an answer is written) and
+       * the answer, an Int32 at byte 4 (NO_FAULT or FAULT, worker-seams.ts).
+       */
+      readonly faultCell: SharedArrayBuffer | undefined;
     }
   /** The main thread's clock woke the sleep `id` (or it was canceled). */
   | { readonly type: "lane_clock_woke"; readonly id: number }
-  /** The main thread's manager applied the command of `lane_apply` `id`. */
-  | { readonly type: "lane_applied"; readonly id: number; readonly outcome: ApplyOutcome }
-  /** The main thread's manager refused it: a writer outage (retried), or a failure of the manager (ends the runtime). */
-  | { readonly type: "lane_apply_failed"; readonly id: number; readonly writerUnavailable: boolean; readonly error: WireFailure }
   | { readonly type: "lane_submit"; readonly id: number; readonly items: readonly QueuedItem[]; readonly maxPending: number }
   | { readonly type: "lane_run" }
   | { readonly type: "lane_stop" }
@@ -67,14 +67,8 @@ export type LaneFromWorker =
   | { readonly type: "lane_clock_sleep"; readonly id: number; readonly ms: number }
   /** The runtime stopped waiting for the sleep `id`. */
   | { readonly type: "lane_clock_cancel"; readonly id: number }
-  /** Apply one command through the main thread's wrapped manager; answered by `lane_applied` or `lane_apply_failed`. */
-  | {
-      readonly type: "lane_apply";
-      readonly id: number;
-      readonly idempotencyId: string;
-      readonly canonicalCommand: string;
-      readonly expectedTransactionIds: Readonly<Record<string, string>>;
-    }
+  /** Whether the test's faults inject one at `point` for this command (answered in the fault cell, while the worker waits on it). */
+  | { readonly type: "lane_fault"; readonly point: "before" | "after"; readonly idempotencyId: string }
   /** A log line of the runtime, for the main thread's logger. */
   | { readonly type: "lane_log"; readonly level: "info" | "warn"; readonly message: string; readonly fields: Readonly<Record<string, string | number | boolean | undefined>> };
 

@@ -1,7 +1,6 @@
 import { noPausePoints, type PausePoints } from "../fault-injection/pause-points.js";
 import { silentLogger, type Logger } from "../log/logger.js";
 import { ChangeFeed } from "./change-feed.js";
-import { parseCanonicalCommand } from "./canonical-command.js";
 import type { Clock } from "./clock.js";
 import { CommandQueue, type QueuedItem, type SubmissionWriter, type WrittenItem } from "./command-queue.js";
 import { CommandReader } from "./command-reader.js";
@@ -10,9 +9,9 @@ import { toEvent } from "./command-rows.js";
 import { KwebTaskError, type LaneRuntime } from "./command-runtime.js";
 import { KmapError } from "./errors.js";
 import type { EmbeddedKwebManager } from "./kweb/embedded-kweb-manager.js";
-import { WriterUnavailableError, type KwebManager } from "./kweb-manager.js";
-import { failureFromWire, failureToWire, type WireFailure } from "./thread-errors.js";
+import { failureFromWire, type WireFailure } from "./thread-errors.js";
 import type { LaneFromWorker, LaneToWorker } from "./worker-lane-protocol.js";
+import { FAULT, NO_FAULT, type ApplyFaults } from "./worker-seams.js";
 
 export interface WorkerLaneOptions {
   /** The lane's SQLite file. */
@@ -25,8 +24,8 @@ export interface WorkerLaneOptions {
   readonly pausePoints?: PausePoints;
   /** The `clock` seam: the runtime in the worker takes its time from this clock. */
   readonly clock?: Clock;
-  /** The `wrapManager` seam: the runtime in the worker applies each command through this manager. */
-  readonly applyThrough?: KwebManager;
+  /** The `applyFaults` seam: the runtime's manager in the worker asks these before each apply and after each commit. */
+  readonly applyFaults?: ApplyFaults;
 }
 
 interface Settle<T> {
@@ -114,7 +113,7 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
           eventRetention: options.eventRetention,
           pauseFlag,
           clockCell: seams.clockCell,
-          applyOnMain: options.applyThrough !== undefined,
+          faultCell: seams.faultCell,
         });
       }),
       manager.failure.then((error) => {
@@ -228,7 +227,7 @@ export class WorkerLane implements SubmissionWriter, LaneRuntime {
       case "lane_clock_now":
       case "lane_clock_sleep":
       case "lane_clock_cancel":
-      case "lane_apply":
+      case "lane_fault":
         return;
     }
   }
@@ -264,20 +263,23 @@ function runtimeFailure(wire: WireFailure): Error {
 
 /**
  * The main thread's side of the Kmap core's test seams (worker-seams.ts):
- * answers the worker runtime's questions of time from the `clock` and runs
- * its applies through the wrapped manager. Without seams it handles nothing.
+ * answers the worker runtime's questions of time from the `clock` and of
+ * faults from the `applyFaults`. Without seams it handles nothing.
  */
 class MainThreadSeams {
   /** The cell `now()` answers in, when there is a clock. */
   readonly clockCell: SharedArrayBuffer | undefined;
   readonly #clock: Clock | undefined;
-  readonly #manager: KwebManager | undefined;
+  /** The cell a fault question is answered in, when there are faults. */
+  readonly faultCell: SharedArrayBuffer | undefined;
+  readonly #faults: ApplyFaults | undefined;
   readonly #post: (message: LaneToWorker) => void;
   readonly #sleeps = new Map<number, AbortController>();
 
   constructor(options: WorkerLaneOptions, post: (message: LaneToWorker) => void) {
     this.#clock = options.clock;
-    this.#manager = options.applyThrough;
+    this.#faults = options.applyFaults;
+    this.faultCell = options.applyFaults === undefined ? undefined : new SharedArrayBuffer(8);
     this.#post = post;
     this.clockCell = options.clock === undefined ? undefined : new SharedArrayBuffer(16);
   }
@@ -304,17 +306,18 @@ class MainThreadSeams {
       case "lane_clock_cancel":
         this.#sleeps.get(message.id)?.abort();
         return true;
-      case "lane_apply": {
-        const request = {
-          idempotencyId: message.idempotencyId,
-          command: parseCanonicalCommand(message.canonicalCommand),
-          expectedTransactionIds: message.expectedTransactionIds,
-        };
-        this.#manager!.apply(request).then(
-          (outcome) => this.#post({ type: "lane_applied", id: message.id, outcome }),
-          (error: unknown) =>
-            this.#post({ type: "lane_apply_failed", id: message.id, writerUnavailable: error instanceof WriterUnavailableError, error: failureToWire(error) }),
-        );
+      case "lane_fault": {
+        const cell = new Int32Array(this.faultCell!, 0, 2);
+        let fault = false;
+        try {
+          const ask = message.point === "before" ? this.#faults!.before : this.#faults!.after;
+          fault = ask?.(message.idempotencyId) !== undefined;
+        } finally {
+          // Always answered: the worker waits on the cell.
+          Atomics.store(cell, 1, fault ? FAULT : NO_FAULT);
+          Atomics.store(cell, 0, 1);
+          Atomics.notify(cell, 0);
+        }
         return true;
       }
       default:

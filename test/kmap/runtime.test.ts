@@ -12,12 +12,10 @@ import {
   KwebTaskError,
   MAX_RETRY_DELAY_MS,
   openKmapCore,
-  WriterUnavailableError,
   type CommandRecord,
   type KmapCore,
-  type KwebManager,
 } from "../../src/kmap/index.js";
-import { openCommandQueue, WorkerLane } from "../../src/kmap/internal.js";
+import { openCommandQueue, WorkerLane, type ApplyFaults } from "../../src/kmap/internal.js";
 import { ManualClock } from "../helpers/manual-clock.js";
 import { waitFor } from "../helpers/wait-for.js";
 
@@ -27,8 +25,9 @@ import { waitFor } from "../helpers/wait-for.js";
  * failures that do not, the bounded backoff schedule (on an injected
  * clock, never with sleeps), the in-memory wake-up, and a manager failure
  * that ends the runtime and is recovered exactly once. The clock and the
- * manager wrapper pass through to the lane in the Kweb worker thread, so
- * these run the production path.
+ * apply faults pass through to the lane in the Kweb worker thread, whose
+ * own manager (group apply and all) applies every command, so these run
+ * the production path.
  */
 
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -36,10 +35,10 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function openCore(options: { clock: ManualClock; wrapManager?: (m: KwebManager) => KwebManager; directory?: string }) {
+async function openCore(options: { clock: ManualClock; applyFaults?: ApplyFaults; directory?: string }) {
   const directory = options.directory ?? (await mkdtemp(join(tmpdir(), "laneway-kmap-runtime-")));
   if (!options.directory) cleanups.push(() => rm(directory, { recursive: true, force: true }));
-  const core = await openKmapCore({ directory, clock: options.clock, ...(options.wrapManager ? { wrapManager: options.wrapManager } : {}) });
+  const core = await openKmapCore({ directory, clock: options.clock, ...(options.applyFaults ? { applyFaults: options.applyFaults } : {}) });
   // The seams keep the production topology: the lane runs in the Kweb worker thread.
   expect(core.runtime).toBeInstanceOf(WorkerLane);
   let closed = false;
@@ -164,11 +163,7 @@ describe("backoff", () => {
     let outages = 9;
     const { core } = await openCore({
       clock,
-      wrapManager: (manager) => ({
-        ready: () => manager.ready(),
-        close: () => manager.close(),
-        apply: (request) => (outages-- > 0 ? Promise.reject(new WriterUnavailableError("the Kweb writer is unavailable")) : manager.apply(request)),
-      }),
+      applyFaults: { before: () => (outages-- > 0 ? "writer_unavailable" : undefined) },
     });
     const id = await submit(core, { case: "createNode", value: { kind: "topic", title: "patient" } });
     const delays: number[] = [];
@@ -198,21 +193,21 @@ describe("failures of the runtime itself", () => {
     cleanups.push(() => rm(directory, { recursive: true, force: true }));
     // The manager commits the command in Kweb, then fails before answering:
     // the worst moment, seen from the lane.
+    const failedAfter: string[] = [];
     const first = await openCore({
       clock,
       directory,
-      wrapManager: (manager) => ({
-        ready: () => manager.ready(),
-        close: () => manager.close(),
-        apply: async (request) => {
-          await manager.apply(request);
-          throw new Error("the worker thread died");
+      applyFaults: {
+        after: (idempotencyId) => {
+          failedAfter.push(idempotencyId);
+          return "fail";
         },
-      }),
+      },
     });
     const id = await submit(first.core, { case: "createNode", value: { kind: "topic", title: "once" } });
     const error = await first.running;
     expect(error).toBeInstanceOf(KwebTaskError);
+    expect(failedAfter).toEqual([id]);
     expect(recordOf(first.core, id).state).toBe("applying");
     await first.close();
 
