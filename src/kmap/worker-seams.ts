@@ -134,11 +134,17 @@ export class FaultingKwebManager implements KwebManager {
     return this.#inner.ready();
   }
 
-  async apply(request: ApplyRequest): Promise<ApplyOutcome> {
-    if (this.#faults.ask("before", request.idempotencyId)) throw injectedOutage();
-    const outcome = await this.#inner.apply(request);
-    if (outcome.kind === "committed" && this.#faults.ask("after", request.idempotencyId)) throw injectedFailure();
-    return outcome;
+  /**
+   * One command, as a group of one: the runtime here always applies
+   * through `groupApply`, and this keeps a single place where the faults
+   * are asked.
+   */
+  apply(request: ApplyRequest): Promise<ApplyOutcome> {
+    try {
+      return Promise.resolve(this.#applyGroup([request], { until: 0, atLeast: 1 })[0]!);
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   close(): Promise<void> {

@@ -186,6 +186,47 @@ describe("backoff", () => {
   });
 });
 
+describe("group apply under injected faults", () => {
+  test("an outage behind the head of a group ends the group before that command; it leads the next attempt and every command commits once, in order", async () => {
+    const clock = new ManualClock();
+    const asked: string[] = [];
+    const refuse = new Set<string>();
+    const { core } = await openCore({
+      clock,
+      applyFaults: {
+        before: (idempotencyId) => {
+          asked.push(idempotencyId);
+          return refuse.delete(idempotencyId) ? "writer_unavailable" : undefined;
+        },
+      },
+    });
+    // The head meets an outage first, so that the two behind it are queued
+    // and due together when it is retried: the retry leads a group of three.
+    const first = freshId();
+    const second = freshId();
+    const third = freshId();
+    refuse.add(first);
+    refuse.add(second);
+    await core.queue.submit({ idempotencyId: first, command: command({ case: "createNode", value: { kind: "topic", title: "first" } }), expectedTransactionIds: {} });
+    await waitFor(() => (recordOf(core, first).state === "queued" && recordOf(core, first).attempts === 1 ? true : undefined), { what: "the head's retry" });
+    await waitFor(() => clock.sleeping === 1, { what: "the runtime to wait on the clock" });
+    for (const [id, title] of [[second, "second"], [third, "third"]] as const) {
+      await core.queue.submit({ idempotencyId: id, command: command({ case: "createNode", value: { kind: "topic", title } }), expectedTransactionIds: {} });
+    }
+    clock.advance(FIRST_RETRY_DELAY_MS);
+    const records = [await terminal(core, first), await terminal(core, second), await terminal(core, third)];
+    expect(records.map((r) => r.state)).toEqual(["committed", "committed", "committed"]);
+    // The second was cut from the group before anything of it was written:
+    // not an attempt of its own, and no retry.
+    expect(records.map((r) => r.attempts)).toEqual([2, 1, 1]);
+    expect(records[1]!.error).toBeUndefined();
+    expect(asked).toEqual([first, first, second, second, third]);
+    const sequences = records.map((r) => core.reader.getTransaction({ transactionId: r.transactionId! })!.sequence);
+    expect(sequences).toEqual([1, 2, 3]);
+    expect(core.reader.listTransactions({ limit: 10, provenance: second }).transactions).toHaveLength(1);
+  });
+});
+
 describe("failures of the runtime itself", () => {
   test("a manager failure ends the runtime; reopening recovers the record and applies it exactly once", async () => {
     const clock = new ManualClock();
