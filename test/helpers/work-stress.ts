@@ -167,8 +167,15 @@ export interface StressOptions {
   readonly leaseMs: number;
   readonly seed: number;
   readonly audit: AuditLog;
-  /** Milliseconds between SIGKILLs of a random Laneway process (drawn from this range); none when absent. */
+  /**
+   * Milliseconds between SIGKILLs of a random Laneway process (drawn from
+   * this range); none when absent. A kill also comes early once
+   * `killEveryAcks` more records were acked since the last one, so a run
+   * that finishes faster than the timer still meets its kills.
+   */
   readonly killEveryMs?: readonly [number, number];
+  /** Acked records between SIGKILLs at most (drawn from this range); with `killEveryMs`. */
+  readonly killEveryAcks?: readonly [number, number];
   /** Called once after this fraction of the records was acked (for example to kill a broker node). */
   readonly midway?: { readonly fraction: number; readonly action: () => Promise<void> };
   /** Gives up after this long without any new ack. */
@@ -199,7 +206,12 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
   const acked = new Set<bigint>();
   let lastProgress = Date.now();
   let stalled = false;
-  let midwayDone = options.midway === undefined;
+  // The midway action starts from the ack that reaches its fraction, so a
+  // fast run cannot finish before it, and the run waits for it at the end.
+  let midway: Promise<void> | undefined;
+  // The killer's progress trigger: woken by the ack that reaches `killAt`.
+  let killAt = Number.POSITIVE_INFINITY;
+  let wakeKiller: (() => void) | undefined;
   const done = () => acked.size + unresolved().length >= options.sequences.size || stalled;
   /**
    * Sequences whose latest lease's ack lost its answer and was then refused
@@ -251,6 +263,11 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
           if (!acked.has(lease.sequence)) {
             acked.add(lease.sequence);
             lastProgress = answeredAt;
+            if (acked.size >= killAt) wakeKiller?.();
+            if (options.midway !== undefined && midway === undefined && acked.size >= options.sequences.size * options.midway.fraction) {
+              midway = options.midway.action();
+              midway.catch(() => undefined); // awaited, and thrown, at the end
+            }
           }
         } else if (result.ok) {
           lease.nack!.retryAt = result.retryAt!;
@@ -303,8 +320,14 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
   const killer = async () => {
     const every = options.killEveryMs;
     if (every === undefined) return;
+    const acks = options.killEveryAcks;
     while (!done()) {
-      await sleep(random.int(every[0], every[1]));
+      killAt = acks === undefined ? Number.POSITIVE_INFINITY : acked.size + random.int(acks[0], acks[1]);
+      if (acked.size < killAt) {
+        const woken = new Promise<void>((resolve) => (wakeKiller = resolve));
+        await Promise.race([sleep(random.int(every[0], every[1])), woken]);
+        wakeKiller = undefined;
+      }
       if (done()) return;
       await fleet.killAndRestart(random.int(0, fleet.size - 1));
     }
@@ -313,15 +336,12 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
   const watchdog = async () => {
     while (!done()) {
       await sleep(500);
-      if (!midwayDone && acked.size >= options.sequences.size * options.midway!.fraction) {
-        midwayDone = true;
-        await options.midway!.action();
-      }
       if (Date.now() - lastProgress > options.stallMs) stalled = true;
     }
   };
 
   await Promise.all([...Array.from({ length: options.claimers }, (_, i) => claimer(i)), killer(), watchdog()]);
+  await midway;
   return { acked, stalled, lostAnswers: new Set(unresolved().map((e) => e.sequence)) };
 }
 
