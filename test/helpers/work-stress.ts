@@ -209,10 +209,13 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
   // The midway action starts from the ack that reaches its fraction, so a
   // fast run cannot finish before it, and the run waits for it at the end.
   let midway: Promise<void> | undefined;
+  // Until it has finished, the claimers go on asking (what it waits for,
+  // such as another process taking the group's writer lease, may need them).
+  let midwaySettled = options.midway === undefined;
   // The killer's progress trigger: woken by the ack that reaches `killAt`.
   let killAt = Number.POSITIVE_INFINITY;
   let wakeKiller: (() => void) | undefined;
-  const done = () => acked.size + unresolved().length >= options.sequences.size || stalled;
+  const done = () => (midwaySettled && acked.size + unresolved().length >= options.sequences.size) || stalled;
   /**
    * Sequences whose latest lease's ack lost its answer and was then refused
    * as stale, with no later lease: the first attempt completed them and the
@@ -266,7 +269,10 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
             if (acked.size >= killAt) wakeKiller?.();
             if (options.midway !== undefined && midway === undefined && acked.size >= options.sequences.size * options.midway.fraction) {
               midway = options.midway.action();
-              midway.catch(() => undefined); // awaited, and thrown, at the end
+              midway.then(
+                () => (midwaySettled = true),
+                () => (midwaySettled = true), // awaited, and thrown, at the end
+              );
             }
           }
         } else if (result.ok) {
