@@ -2,7 +2,17 @@ import { create, type DescField, type DescMessage, type Message } from "@bufbuil
 import { DurationSchema } from "@bufbuild/protobuf/wkt";
 import type { Validator } from "@bufbuild/protovalidate";
 import { expect, test } from "vitest";
-import { AckRequestSchema, ClaimRequestSchema } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import {
+  AckBatchRequestSchema,
+  AckRequestSchema,
+  ClaimBatchRequestSchema,
+  ClaimRequestSchema,
+  NackBatchRequestSchema,
+  PublishBatchRequestSchema,
+  PublishRequestSchema,
+  RecordKind,
+  RenewBatchRequestSchema,
+} from "../../gen/laneway/lane/v1/lane_service_pb.js";
 import { lanewayServices } from "../../src/server/laneway-server.js";
 import { fastPathValidator, hasFastCheck } from "../../src/server/wire/fast-validation.js";
 import { contractValidator } from "../../src/validation/contract-validator.js";
@@ -32,11 +42,22 @@ const durations = [
   create(DurationSchema, { seconds: 61n }),
 ];
 
-function candidates(f: DescField): readonly unknown[] | undefined {
+const byteStrings = [new Uint8Array(0), new Uint8Array(1), new Uint8Array(200), new Uint8Array(1_048_576), new Uint8Array(1_048_577)];
+const provenances = ["https://example.com/a", "https://user:pw@example.com/a", "not a uri", "urn:laneway:x", "x".repeat(2_100)];
+
+/** Values to try for a field; `next` draws the choices, `depth` bounds the messages built inside lists. */
+function candidates(f: DescField, next: () => number, depth = 0): readonly unknown[] | undefined {
+  if (f.fieldKind === "enum") return [0, 1, 2, 3, 99, -1];
+  if (f.fieldKind === "list" && f.listKind === "message" && depth === 0) {
+    const item = () => build(f.message, next, depth + 1);
+    return [[], [item()], [item(), item()], Array.from({ length: 64 }, item), Array.from({ length: 65 }, item), Array.from({ length: 128 }, item), Array.from({ length: 129 }, item)];
+  }
   if (f.fieldKind === "scalar") {
     switch (f.scalar) {
+      case 12: // bytes
+        return byteStrings;
       case 9: // string
-        return strings;
+        return f.name === "provenance" ? ["", ...provenances] : strings;
       case 4: // uint64
         return uint64s;
       case 13: // uint32
@@ -58,11 +79,29 @@ function sequence(seed: number): () => number {
   };
 }
 
+/** A message of `schema` with each field drawn from its candidates. */
+function build(schema: DescMessage, next: () => number, depth = 0): Message & Record<string, unknown> {
+  const message = create(schema) as Message & Record<string, unknown>;
+  for (const f of schema.fields) {
+    const values = candidates(f, next, depth);
+    if (values !== undefined) message[f.localName] = values[Math.floor(next() * values.length)];
+  }
+  return message;
+}
+
+/** A message for a failure's text: bytes by their length, lists by their size. */
+function describe(message: unknown): string {
+  return JSON.stringify(message, (_, v: unknown) =>
+    typeof v === "bigint" ? `${v}n` : v instanceof Uint8Array ? `<${v.byteLength} bytes>` : Array.isArray(v) && v.length > 3 ? `<${v.length} items>` : v,
+  );
+}
+
 const inputs: DescMessage[] = [...new Map(lanewayServices.flatMap((s) => s.methods.map((m) => [m.input.typeName, m.input] as const))).values()];
 
 test("the hot lane requests have a fast check", () => {
-  expect(hasFastCheck(ClaimRequestSchema)).toBe(true);
-  expect(hasFastCheck(AckRequestSchema)).toBe(true);
+  for (const schema of [ClaimRequestSchema, AckRequestSchema, PublishRequestSchema, PublishBatchRequestSchema, AckBatchRequestSchema, NackBatchRequestSchema, RenewBatchRequestSchema, ClaimBatchRequestSchema]) {
+    expect(hasFastCheck(schema), schema.typeName).toBe(true);
+  }
 });
 
 test("a fast check accepts only what protovalidate accepts, and the answer is always protovalidate's", () => {
@@ -80,16 +119,12 @@ test("a fast check accepts only what protovalidate accepts, and the answer is al
   for (const schema of inputs) {
     if (!hasFastCheck(schema)) continue;
     checkedTypes += 1;
-    const fields = schema.fields.map((f) => ({ f, values: candidates(f) }));
     for (let i = 0; i < 120; i++) {
-      const message = create(schema) as Message & Record<string, unknown>;
-      for (const { f, values } of fields) {
-        if (values !== undefined) message[f.localName] = values[Math.floor(random() * values.length)];
-      }
+      const message = build(schema, random);
       innerCalls = 0;
       const fast = validator.validate(schema, message);
       const truth = contractValidator.validate(schema, message);
-      expect(fast.kind, `${schema.typeName} ${JSON.stringify(message, (_, v: unknown) => (typeof v === "bigint" ? `${v}n` : v))}`).toBe(truth.kind);
+      if (fast.kind !== truth.kind) expect.fail(`${schema.typeName} ${describe(message)}: fast ${fast.kind}, protovalidate ${truth.kind}`);
       if (innerCalls === 0) {
         fastAnswers += 1;
         expect(truth.kind).toBe("valid");
@@ -120,4 +155,32 @@ test("typical Claim and Ack requests are answered by the fast check", () => {
   const bad = validator.validate(AckRequestSchema, create(AckRequestSchema, { ...ack, sequence: 0n, receipt: "AB".repeat(32) }));
   expect(innerCalls).toBe(1);
   expect(bad.kind === "invalid" ? bad.violations.map((v) => v.ruleId).sort() : []).toEqual(["laneway.receipt", "uint64.gt"]);
+});
+
+test("typical Publish, PublishBatch and AckBatch requests are answered by the fast check; a provenance, or a bad kind, goes to protovalidate", () => {
+  let innerCalls = 0;
+  const validator = fastPathValidator({
+    validate: (schema, message) => {
+      innerCalls += 1;
+      return contractValidator.validate(schema, message);
+    },
+  });
+  const record = { id: "r-1", kind: RecordKind.WORK, schema: "job", payload: new Uint8Array(200) };
+  const publish = create(PublishRequestSchema, { lane: "jobs", ...record });
+  const batch = create(PublishBatchRequestSchema, { lane: "jobs", records: Array.from({ length: 128 }, (_, i) => ({ ...record, id: `r-${i}` })) });
+  const acks = create(AckBatchRequestSchema, { lane: "jobs", group: "workers", receipts: [{ sequence: 7n, receipt: "ab".repeat(32) }] });
+  expect(validator.validate(PublishRequestSchema, publish).kind).toBe("valid");
+  expect(validator.validate(PublishBatchRequestSchema, batch).kind).toBe("valid");
+  expect(validator.validate(AckBatchRequestSchema, acks).kind).toBe("valid");
+  expect(innerCalls).toBe(0);
+  // A set provenance is protovalidate's to judge: a valid one passes, one with credentials does not.
+  expect(validator.validate(PublishRequestSchema, create(PublishRequestSchema, { ...publish, provenance: "https://example.com/x" })).kind).toBe("valid");
+  expect(innerCalls).toBe(1);
+  const credentials = validator.validate(PublishRequestSchema, create(PublishRequestSchema, { ...publish, provenance: "https://u:p@example.com/x" }));
+  expect(credentials.kind === "invalid" ? credentials.violations.map((v) => v.ruleId) : []).toEqual(["provenance.no_credentials"]);
+  const unset = validator.validate(PublishRequestSchema, create(PublishRequestSchema, { ...publish, kind: RecordKind.UNSPECIFIED }));
+  expect(unset.kind === "invalid" ? unset.violations.map((v) => v.ruleId) : []).toEqual(["enum.not_in"]);
+  const tooMany = validator.validate(PublishBatchRequestSchema, create(PublishBatchRequestSchema, { lane: "jobs", records: [...batch.records, batch.records[0]!] }));
+  expect(tooMany.kind === "invalid" ? tooMany.violations.map((v) => v.ruleId) : []).toEqual(["repeated.max_items"]);
+  expect(innerCalls).toBe(4);
 });

@@ -2,8 +2,12 @@ import { getExtension, getOption, hasExtension, hasOption, isFieldSet, type Desc
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import type { ValidationResult, Validator } from "@bufbuild/protovalidate";
 import {
+  BytesRulesSchema,
   DurationRulesSchema,
+  EnumRulesSchema,
   FieldRulesSchema,
+  Ignore,
+  RepeatedRulesSchema,
   StringRulesSchema,
   UInt32RulesSchema,
   UInt64RulesSchema,
@@ -25,9 +29,13 @@ import { hex32, identifier, node_id, receipt } from "../../../gen/laneway/valida
  * rules and simple numeric bounds, so for each request type this builds,
  * once, a plain check from its descriptor: but only when every rule of the
  * type is one it knows exactly (a Laneway string rule set to true, an
- * unsigned or duration bound, a nested message it can check the same way,
- * nothing message-level, no oneof). A type with any other rule gets no
- * fast check.
+ * unsigned or duration bound, a byte length bound, an enum that must be
+ * defined or in or outside a list, an item count bound on a list of
+ * messages it can check the same way, a nested message it can check the
+ * same way, nothing message-level, no oneof). A scalar whose rules are
+ * ignored when it is zero (IGNORE_IF_ZERO_VALUE) is accepted fast only at
+ * its zero value, whatever those rules are. A type with any other rule
+ * gets no fast check.
  *
  * The fast check may only say "valid" when protovalidate would: a message
  * it does not accept goes to protovalidate, which gives the exact
@@ -102,11 +110,50 @@ function compileField(f: DescField, visiting: Set<string>): ValueCheck | null | 
     if (f.fieldKind === "map" && f.mapKind !== "message") return null;
     return undefined;
   }
+  // A scalar whose rules apply only when it is set (IGNORE_IF_ZERO_VALUE):
+  // its zero value is valid whatever the rules; any other value is
+  // protovalidate's to judge (a provenance URI, for example).
+  if (f.fieldKind === "scalar" && rules.ignore === Ignore.IF_ZERO_VALUE && onlyTypeRules(rules, ["ignore", "cel"])) return (value) => isZero(value);
   if (!onlyTypeRules(rules)) return undefined;
   const type = rules.type;
   switch (type.case) {
     case "string":
       return f.fieldKind === "scalar" ? stringCheck(type.value) : undefined;
+    case "bytes": {
+      const r = type.value;
+      if (f.fieldKind !== "scalar" || !onlySet(r, BytesRulesSchema, ["min_len", "max_len"])) return undefined;
+      const min = isFieldSet(r, BytesRulesSchema.field.minLen) ? r.minLen : 0n;
+      const max = isFieldSet(r, BytesRulesSchema.field.maxLen) ? r.maxLen : undefined;
+      return (value) => value instanceof Uint8Array && BigInt(value.byteLength) >= min && (max === undefined || BigInt(value.byteLength) <= max);
+    }
+    case "enum": {
+      const r = type.value;
+      if (f.fieldKind !== "enum" || !onlySet(r, EnumRulesSchema, ["defined_only", "in", "not_in"])) return undefined;
+      const defined = new Set(f.enum.values.map((v) => v.number));
+      const allowed = r.in.length > 0 ? new Set(r.in) : undefined;
+      const refused = new Set(r.notIn);
+      return (value) =>
+        typeof value === "number" && (!r.definedOnly || defined.has(value)) && (allowed === undefined || allowed.has(value)) && !refused.has(value);
+    }
+    case "repeated": {
+      const r = type.value;
+      if (f.fieldKind !== "list" || !onlySet(r, RepeatedRulesSchema, ["min_items", "max_items"])) return undefined;
+      const min = isFieldSet(r, RepeatedRulesSchema.field.minItems) ? r.minItems : 0n;
+      const max = isFieldSet(r, RepeatedRulesSchema.field.maxItems) ? r.maxItems : undefined;
+      let item: ValueCheck | null;
+      if (f.listKind === "message") {
+        const nested = compileMessage(f.message, visiting);
+        if (nested === undefined) return undefined;
+        item = nested === always ? null : (value) => nested(value as Message);
+      } else item = null;
+      return (value) => {
+        if (!Array.isArray(value)) return false;
+        const count = BigInt(value.length);
+        if (count < min || (max !== undefined && count > max)) return false;
+        if (item !== null) for (const each of value) if (!item(each)) return false;
+        return true;
+      };
+    }
     case "uint64":
     case "uint32": {
       if (f.fieldKind !== "scalar") return undefined;
@@ -134,13 +181,19 @@ function compileField(f: DescField, visiting: Set<string>): ValueCheck | null | 
   }
 }
 
-/** Only the rule type is set: no CEL, no required, no ignore, nothing unknown. */
-function onlyTypeRules(rules: FieldRules): boolean {
+/** Only the rule type is set (and the named fields of FieldRules): no CEL, no required, no ignore, nothing unknown. */
+function onlyTypeRules(rules: FieldRules, alsoAllowed: readonly string[] = []): boolean {
   for (const f of FieldRulesSchema.fields) {
-    if (f.oneof?.name === "type") continue;
+    if (f.oneof?.name === "type" || alsoAllowed.includes(f.name)) continue;
     if (isFieldSet(rules, f)) return false;
   }
   return (rules.$unknown ?? []).length === 0;
+}
+
+/** A scalar's zero value: what IGNORE_IF_ZERO_VALUE skips. */
+function isZero(value: unknown): boolean {
+  if (value instanceof Uint8Array) return value.byteLength === 0;
+  return value === "" || value === 0 || value === 0n || value === false;
 }
 
 /** Only the named fields of a rules message are set, and no extension. */
