@@ -329,11 +329,9 @@ export async function runStress(options: StressOptions): Promise<{ acked: Set<bi
     const acks = options.killEveryAcks;
     while (!done()) {
       killAt = acks === undefined ? Number.POSITIVE_INFINITY : acked.size + random.int(acks[0], acks[1]);
-      if (acked.size < killAt) {
-        const woken = new Promise<void>((resolve) => (wakeKiller = resolve));
-        await Promise.race([sleep(random.int(every[0], every[1])), woken]);
-        wakeKiller = undefined;
-      }
+      const woken = new Promise<void>((resolve) => (wakeKiller = resolve));
+      await Promise.race([sleep(random.int(every[0], every[1])), woken]);
+      wakeKiller = undefined;
       if (done()) return;
       await fleet.killAndRestart(random.int(0, fleet.size - 1));
     }

@@ -122,9 +122,10 @@ function compileField(f: DescField, visiting: Set<string>): ValueCheck | null | 
     case "bytes": {
       const r = type.value;
       if (f.fieldKind !== "scalar" || !onlySet(r, BytesRulesSchema, ["min_len", "max_len"])) return undefined;
-      const min = isFieldSet(r, BytesRulesSchema.field.minLen) ? r.minLen : 0n;
-      const max = isFieldSet(r, BytesRulesSchema.field.maxLen) ? r.maxLen : undefined;
-      return (value) => value instanceof Uint8Array && BigInt(value.byteLength) >= min && (max === undefined || BigInt(value.byteLength) <= max);
+      // Lengths as numbers, once: a byte string or a list is far shorter than 2^53.
+      const min = isFieldSet(r, BytesRulesSchema.field.minLen) ? Number(r.minLen) : 0;
+      const max = isFieldSet(r, BytesRulesSchema.field.maxLen) ? Number(r.maxLen) : Number.POSITIVE_INFINITY;
+      return (value) => value instanceof Uint8Array && value.byteLength >= min && value.byteLength <= max;
     }
     case "enum": {
       const r = type.value;
@@ -138,8 +139,8 @@ function compileField(f: DescField, visiting: Set<string>): ValueCheck | null | 
     case "repeated": {
       const r = type.value;
       if (f.fieldKind !== "list" || !onlySet(r, RepeatedRulesSchema, ["min_items", "max_items"])) return undefined;
-      const min = isFieldSet(r, RepeatedRulesSchema.field.minItems) ? r.minItems : 0n;
-      const max = isFieldSet(r, RepeatedRulesSchema.field.maxItems) ? r.maxItems : undefined;
+      const min = isFieldSet(r, RepeatedRulesSchema.field.minItems) ? Number(r.minItems) : 0;
+      const max = isFieldSet(r, RepeatedRulesSchema.field.maxItems) ? Number(r.maxItems) : Number.POSITIVE_INFINITY;
       let item: ValueCheck | null;
       if (f.listKind === "message") {
         const nested = compileMessage(f.message, visiting);
@@ -148,8 +149,7 @@ function compileField(f: DescField, visiting: Set<string>): ValueCheck | null | 
       } else item = null;
       return (value) => {
         if (!Array.isArray(value)) return false;
-        const count = BigInt(value.length);
-        if (count < min || (max !== undefined && count > max)) return false;
+        if (value.length < min || value.length > max) return false;
         if (item !== null) for (const each of value) if (!item(each)) return false;
         return true;
       };
