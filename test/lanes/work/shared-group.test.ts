@@ -18,6 +18,15 @@ import { inspectGroup, publishWork, waitOf } from "../../helpers/work.js";
  * process's rate. Asserted: both processes made progress, every delivery
  * was acknowledged exactly once; the split and the ratio of the two rates
  * are printed (a rate depends on the machine, never asserted).
+ *
+ * A busy machine may keep the writer from answering a forward within 3 s:
+ * the forwarder then applies the forward's claims itself, and what the
+ * writer leased for them is held by nobody until the lease runs out
+ * ("When the writer does not answer"); a claim whose answer the caller
+ * did not get leaves the same. Such leases are allowed only with one of
+ * those causes seen, only for work not yet acknowledged, and
+ * the test then waits for them to run out and acknowledges their next
+ * delivery, so that nothing is left unfinished either way.
  */
 
 const tokens = generateTokens();
@@ -60,15 +69,14 @@ test(`two Laneway processes on one group, ${CLAIMERS} claimers each, ${SHARED_MS
     }
   })();
 
-  /** Runs `claimers` Claim + Ack loops through each process for `ms`; returns the acknowledgements per process. */
-  const run = async (processes: readonly ChildLaneway[], ms: number): Promise<number[]> => {
+  /** Runs `claimers` Claim + Ack loops through each process until `done()`; returns the acknowledgements per process. */
+  const runUntil = async (processes: readonly ChildLaneway[], done: () => boolean): Promise<number[]> => {
     const counts = processes.map(() => 0);
-    const until = Date.now() + ms;
     await Promise.all(
       processes.flatMap((process, p) =>
         Array.from({ length: CLAIMERS }, async () => {
           const beacon: LaneClient = process.clients.client(LaneService, { token: tokens.beacon, protocol: "connect-binary" });
-          while (Date.now() < until) {
+          while (!done()) {
             let work;
             try {
               work = (await beacon.claim({ ...where, wait: waitOf(1_000) })).work;
@@ -78,8 +86,21 @@ test(`two Laneway processes on one group, ${CLAIMERS} claimers each, ${SHARED_MS
               continue;
             }
             if (work === undefined) continue;
-            const answer = await beacon.ack({ ...where, sequence: work.record!.sequence, receipt: work.receipt });
-            if (!answer.duplicate) {
+            // An ack whose forward the writer did not answer in time is lane_unavailable: sent again with the same
+            // receipt, as the message says; then a duplicate answer means that the first one was applied.
+            let retried = false;
+            let answer;
+            for (;;) {
+              try {
+                answer = await beacon.ack({ ...where, sequence: work.record!.sequence, receipt: work.receipt });
+                break;
+              } catch (error) {
+                if (reasonOf(ConnectError.from(error)) !== "lane_unavailable") throw error;
+                failures.set("ack lane_unavailable", (failures.get("ack lane_unavailable") ?? 0) + 1);
+                retried = true;
+              }
+            }
+            if (!answer.duplicate || retried) {
               acked.set(work.record!.sequence, (acked.get(work.record!.sequence) ?? 0) + 1);
               counts[p]! += 1;
             }
@@ -88,6 +109,11 @@ test(`two Laneway processes on one group, ${CLAIMERS} claimers each, ${SHARED_MS
       ),
     );
     return counts;
+  };
+  /** Runs the loops for `ms`. */
+  const run = (processes: readonly ChildLaneway[], ms: number): Promise<number[]> => {
+    const until = Date.now() + ms;
+    return runUntil(processes, () => Date.now() >= until);
   };
 
   let alone: number[];
@@ -106,12 +132,27 @@ test(`two Laneway processes on one group, ${CLAIMERS} claimers each, ${SHARED_MS
   console.log(
     `[shared group] one process alone: ${alone[0]} items in ${ALONE_MS / 1000} s (${aloneRate.toFixed(0)}/s); ` +
       `two processes: ${shared[0]} + ${shared[1]} items in ${SHARED_MS / 1000} s (${sharedRate.toFixed(0)}/s, split ${((100 * shared[0]!) / (shared[0]! + shared[1]!)).toFixed(0)}% / ${((100 * shared[1]!) / (shared[0]! + shared[1]!)).toFixed(0)}%), ` +
-      `${(sharedRate / aloneRate).toFixed(2)}× one process; failed claims: ${[...failures].map(([k, v]) => `${k} ×${v}`).join(", ") || "none"}`,
+      `${(sharedRate / aloneRate).toFixed(2)}× one process; failed calls: ${[...failures].map(([k, v]) => `${k} ×${v}`).join(", ") || "none"}`,
   );
   expect(shared[0]).toBeGreaterThan(0);
   expect(shared[1]).toBeGreaterThan(0);
-  // Every delivery completed once; nothing is left unfinished.
+  // Every delivery completed once.
   expect([...acked.values()].filter((n) => n !== 1)).toEqual([]);
-  const group = await inspectGroup(one.clients.client(LaneService, { token: tokens.beacon }), "measurements", "summarizers");
-  expect(group.deliveries).toEqual([]);
+  const inspector: LaneClient = one.clients.client(LaneService, { token: tokens.beacon });
+  const left = (await inspectGroup(inspector, "measurements", "summarizers")).deliveries;
+  if (left.length > 0) {
+    // Leases nobody holds: only where an answer was lost (a forward the writer did not answer in time, or a failed claim), and only of work not yet acknowledged.
+    const unanswered = [...one.stdout, ...one.stderr, ...two.stdout, ...two.stderr].filter((line) => line.includes("writer did not answer"));
+    const failedClaims = [...failures].filter(([k]) => k.startsWith("claim ")).reduce((n, [, v]) => n + v, 0);
+    console.log(
+      `[shared group] ${left.length} leases held by nobody (${unanswered.length} forwards unanswered in the logs, ${failedClaims} failed claims); waiting for them to run out`,
+    );
+    expect(unanswered.length + failedClaims).toBeGreaterThan(0);
+    expect(left.filter((d) => acked.has(d.sequence))).toEqual([]);
+    // They run out (the lease is 30 s) and are delivered again: acknowledged then, once.
+    await runUntil([one], () => left.every((d) => acked.has(d.sequence)));
+    expect([...acked.values()].filter((n) => n !== 1)).toEqual([]);
+  }
+  // Nothing is left unfinished.
+  expect((await inspectGroup(inspector, "measurements", "summarizers")).deliveries).toEqual([]);
 }, 180_000);

@@ -1,4 +1,4 @@
-import { afterAll, expect, test } from "vitest";
+import { afterEach, expect, test } from "vitest";
 import { Kvm } from "@nats-io/kv";
 import { connect } from "@nats-io/transport-node";
 import { decodeWriterLease, writerLeaseKey } from "../../../src/lanes/group-forwarding.js";
@@ -20,6 +20,13 @@ import { checkAudit, finalInspection, Fleet, newAuditLog, runStress } from "../.
  * used the dead one go on through the next). The forwarders' requests find
  * no writer, they write the group themselves, and once the dead writer's
  * lease has ended one of the living processes takes it.
+ *
+ * The second test SIGSTOPs the writer's process instead ("When the writer
+ * does not answer"): the forwarders' requests go unanswered for 3 s, they
+ * write the group themselves (their claims applied again, their acks
+ * answered lane_unavailable and sent again), and work is acknowledged
+ * while the writer stands still. Then it is continued, finds its view of
+ * the group stale, and the run finishes with all three.
  *
  * The audit (test/helpers/work-stress.ts) checks afterwards that every
  * record was acked, that no two live leases ever existed for one record,
@@ -45,9 +52,11 @@ const config = buildLanesConfig({
 
 let nats: NatsServerHandle | undefined;
 let fleet: Fleet | undefined;
-afterAll(async () => {
+afterEach(async () => {
   await fleet?.remove();
   await nats?.remove();
+  fleet = undefined;
+  nats = undefined;
 }, 120_000);
 
 /** The process that holds the group's writer lease now, as the lease key says (undefined: none, or ended). */
@@ -77,7 +86,25 @@ function loggedAt(line: string): number {
 const tookLease = (laneway: ChildLaneway, process: string) =>
   laneway.stderr.some((line) => line.includes("writes the work group") && line.includes(process));
 
-test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random nacks; the writer's process SIGKILLed midway: another takes the writer lease, every item acked, never two live leases, no stale ack succeeded`, async () => {
+/** The slot whose process holds the group's writer lease, once one does (the processes contend for the group). */
+async function writerSlot(url: string, f: Fleet): Promise<{ holder: string; index: number }> {
+  return waitFor(async () => {
+    const holder = await leaseHolder(url);
+    if (holder === undefined) return undefined;
+    const index = [0, 1, 2].find((i) => {
+      const p = f.serving(i);
+      return p !== undefined && tookLease(p, holder);
+    });
+    return index === undefined ? undefined : { holder, index };
+  }, { timeoutMs: 60_000, intervalMs: 100, what: "a process to hold the group's writer lease" });
+}
+
+/**
+ * Three processes, 32 claimers, ITEMS items with random nacks, and `fault`
+ * done to the writer's process once 30% are acknowledged; then the audit's
+ * invariants and a finished group.
+ */
+async function failover(label: string, fault: (url: string, f: Fleet, acked: () => number) => Promise<void>) {
   nats = await startNatsServer();
   const url = nats.url;
   fleet = new Fleet({ natsUrl: url, lanesConfig: config, tokens });
@@ -85,8 +112,7 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
   const records = await publishWork(fleet.client(0, tokens.atlas)!, "jobs", Array.from({ length: ITEMS }, (_, i) => `item-${i}`), { parallel: 4 });
   const sequences = new Set(records.map((r) => r.sequence));
   const audit = newAuditLog();
-  let killed: string | undefined;
-  let successor: string | undefined;
+  const f = fleet;
   const { acked, stalled, lostAnswers } = await runStress({
     fleet,
     lane: "jobs",
@@ -99,59 +125,16 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
     leaseMs: LEASE_MS,
     seed: 0xf417,
     audit,
-    midway: {
-      fraction: 0.3,
-      action: async () => {
-        const f = fleet!;
-        // The processes contend for the group: one of them holds the writer lease.
-        const writer = await waitFor(async () => {
-          const holder = await leaseHolder(url);
-          if (holder === undefined) return undefined;
-          const index = [0, 1, 2].find((i) => {
-            const p = f.serving(i);
-            return p !== undefined && tookLease(p, holder);
-          });
-          return index === undefined ? undefined : { holder, index };
-        }, { timeoutMs: 60_000, intervalMs: 100, what: "a process to hold the group's writer lease" });
-        killed = writer.holder;
-        console.log(`[writer failover] SIGKILL of the writer ${writer.holder} (slot ${writer.index}) at ${new Date().toISOString()}`);
-        const killedAt = Date.now();
-        await f.killAndRestart(writer.index);
-        // The claimers go on meanwhile; a living process takes the lease once
-        // the dead writer's has ended: the lease key names it, or its log says
-        // so (on a busy machine a lease may lapse between renewals).
-        try {
-          successor = await waitFor(async () => {
-            const holder = await leaseHolder(url);
-            if (holder !== undefined && holder !== killed) return holder;
-            for (const i of [0, 1, 2]) {
-              const p = f.serving(i);
-              const took = p?.stderr.find((line) => line.includes("writes the work group") && !line.includes(killed!) && loggedAt(line) >= killedAt);
-              if (took !== undefined) return /"process":"([0-9a-f]{16})"/.exec(took)?.[1];
-            }
-            return undefined;
-          }, { timeoutMs: 120_000, intervalMs: 100, what: "another process to take the writer lease" });
-        } catch (error) {
-          for (const i of [0, 1, 2]) {
-            for (const line of f.serving(i)?.stderr ?? []) if (line.includes("writer") || line.includes("forwards")) console.log(`[writer failover] slot ${i}: ${line.slice(0, 300)}`);
-          }
-          throw error;
-        }
-        console.log(`[writer failover] writer lease taken over by ${successor} at ${new Date().toISOString()}`);
-      },
-    },
+    midway: { fraction: 0.3, action: () => fault(url, f, () => audit.acks.length) },
     stallMs: 90_000,
   });
   const { violations, redelivered, maxAttempt } = checkAudit(audit, sequences, bounds, lostAnswers);
   const failures = [...audit.failures].map(([k, v]) => `${k} ×${v}`).join(", ");
   console.log(
-    `[writer failover] ${ITEMS} items: ${audit.leases.length} leases, ${redelivered} records leased more than once (highest attempt ${maxAttempt}), ` +
+    `[${label}] ${ITEMS} items: ${audit.leases.length} leases, ${redelivered} records leased more than once (highest attempt ${maxAttempt}), ` +
       `${audit.acks.length} successful acks, ${audit.staleAcks} stale acks refused; failed calls: ${failures || "none"}`,
   );
   expect(stalled, `no ack for 90 s; ${acked.size} of ${ITEMS} acked`).toBe(false);
-  expect(killed).toBeDefined();
-  expect(successor).toBeDefined();
-  expect(fleet.kills).toBe(1);
   expect(violations.slice(0, 20)).toEqual([]);
   expect([...audit.failures.keys()].filter((k) => k.includes("internal error"))).toEqual([]);
   expect(acked.size + lostAnswers.size).toBe(ITEMS);
@@ -159,4 +142,67 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
   expect(group.liveLeases).toBe(0);
   expect(group.deliveries).toEqual([]);
   expect(group.cursor).toBe(records[records.length - 1]!.sequence);
+}
+
+test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random nacks; the writer's process SIGKILLed midway: another takes the writer lease, every item acked, never two live leases, no stale ack succeeded`, async () => {
+  let killed: string | undefined;
+  let successor: string | undefined;
+  await failover("writer failover", async (url, f) => {
+    const writer = await writerSlot(url, f);
+    killed = writer.holder;
+    console.log(`[writer failover] SIGKILL of the writer ${writer.holder} (slot ${writer.index}) at ${new Date().toISOString()}`);
+    const killedAt = Date.now();
+    await f.killAndRestart(writer.index);
+    // The claimers go on meanwhile; a living process takes the lease once
+    // the dead writer's has ended: the lease key names it, or its log says
+    // so (on a busy machine a lease may lapse between renewals).
+    try {
+      successor = await waitFor(async () => {
+        const holder = await leaseHolder(url);
+        if (holder !== undefined && holder !== killed) return holder;
+        for (const i of [0, 1, 2]) {
+          const p = f.serving(i);
+          const took = p?.stderr.find((line) => line.includes("writes the work group") && !line.includes(killed!) && loggedAt(line) >= killedAt);
+          if (took !== undefined) return /"process":"([0-9a-f]{16})"/.exec(took)?.[1];
+        }
+        return undefined;
+      }, { timeoutMs: 120_000, intervalMs: 100, what: "another process to take the writer lease" });
+    } catch (error) {
+      for (const i of [0, 1, 2]) {
+        for (const line of f.serving(i)?.stderr ?? []) if (line.includes("writer") || line.includes("forwards")) console.log(`[writer failover] slot ${i}: ${line.slice(0, 300)}`);
+      }
+      throw error;
+    }
+    console.log(`[writer failover] writer lease taken over by ${successor} at ${new Date().toISOString()}`);
+  });
+  expect(killed).toBeDefined();
+  expect(successor).toBeDefined();
+  expect(fleet!.kills).toBe(1);
+}, 600_000);
+
+test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random nacks; the writer's process SIGSTOPped midway, then continued: the others write the group without it, every item acked, never two live leases, no stale ack succeeded`, async () => {
+  let stopped: { holder: string; index: number } | undefined;
+  let ackedWhileStopped = 0;
+  await failover("writer stopped", async (url, f, acks) => {
+    const writer = await writerSlot(url, f);
+    stopped = writer;
+    const process = f.serving(writer.index)!;
+    const others = [0, 1, 2].filter((i) => i !== writer.index).map((i) => f.serving(i)!);
+    const unanswered = () => others.some((p) => p.stderr.some((line) => line.includes("writer did not answer") && line.includes(writer.holder)));
+    console.log(`[writer stopped] SIGSTOP of the writer ${writer.holder} (slot ${writer.index}) at ${new Date().toISOString()}`);
+    globalThis.process.kill(process.pid, "SIGSTOP");
+    try {
+      // A forward to the stopped writer goes unanswered; the forwarder then writes the group itself and acks go on.
+      await waitFor(() => unanswered() || undefined, { timeoutMs: 120_000, intervalMs: 100, what: "a forwarder to log that the stopped writer did not answer" });
+      const before = acks();
+      await waitFor(() => acks() >= before + 32 || undefined, { timeoutMs: 120_000, intervalMs: 100, what: "acks while the writer is stopped" });
+      ackedWhileStopped = acks() - before;
+    } finally {
+      globalThis.process.kill(process.pid, "SIGCONT");
+    }
+    console.log(`[writer stopped] SIGCONT at ${new Date().toISOString()} after ${ackedWhileStopped} acks without it`);
+  });
+  expect(stopped).toBeDefined();
+  expect(ackedWhileStopped).toBeGreaterThanOrEqual(32);
+  expect(fleet!.kills).toBe(0);
 }, 600_000);
