@@ -155,6 +155,33 @@ function isAbortError(error: unknown): boolean {
   return error instanceof Error && (error.name === "AbortError" || error.name === "TimeoutError");
 }
 
+/** The errors of a write to (or a read from) a caller's connection that the caller closed or reset. */
+const CALLER_GONE_CODES = new Set(["ECONNRESET", "EPIPE", "ECONNABORTED", "ERR_STREAM_PREMATURE_CLOSE", "ERR_STREAM_DESTROYED", "ERR_HTTP2_STREAM_CANCEL", "ERR_HTTP2_INVALID_STREAM"]);
+
+/**
+ * Whether a failure is the caller having gone away: its call's signal has
+ * aborted and the failure (or one of its causes) is a connection error of
+ * the caller's own socket. A Follow whose client stops reading and closes
+ * its stream ends so; nothing can reach that caller any more, and it is no
+ * failure of the server's.
+ */
+function callerGone(error: unknown, signal: AbortSignal): boolean {
+  if (!signal.aborted) return false;
+  for (let current = error, depth = 0; depth < 8 && typeof current === "object" && current !== null; current = (current as { cause?: unknown }).cause, depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === "string" && CALLER_GONE_CODES.has(code)) return true;
+  }
+  return false;
+}
+
+/** The answer to a call whose caller went away (it is never read): canceled, and logged at debug level only. */
+function callerGoneError(spec: ErrorDomainSpec, log: Logger, method: string): ConnectError {
+  log.debug("the caller closed its connection before the call ended", { method });
+  return new ConnectError("the call was canceled", Code.Canceled, undefined, [
+    { desc: ErrorDetailSchema, value: { reason: fallbackReason(spec, Code.Canceled), domain: spec.domain } },
+  ]);
+}
+
 /**
  * The outermost server interceptor: every error a handler or an inner
  * interceptor throws — including errors raised while a server stream is
@@ -178,11 +205,13 @@ export function errorMappingInterceptor(
           try {
             yield* source;
           } catch (error) {
+            if (callerGone(error, req.signal)) throw callerGoneError(spec, log, req.method.name);
             throw toConnectError(error, spec, log, domains);
           }
         })(),
       };
     } catch (error) {
+      if (callerGone(error, req.signal)) throw callerGoneError(spec, log, req.method.name);
       throw toConnectError(error, spec, log, domains);
     }
   };
