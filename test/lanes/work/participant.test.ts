@@ -1,5 +1,6 @@
+import type { Interceptor } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { DeliveryState, LaneService, type RenewBatchResponse } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { Participant, type ClaimedWork } from "../../../src/participant/index.js";
 import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
 import { jsonPayload, type LaneClient } from "../../helpers/lanes.js";
@@ -11,8 +12,10 @@ import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
  * The participant library (the specification's `laneparticipant`) against
- * a real Laneway on a test-owned broker, with 2 s leases and nacked work
- * parked for an hour (so every nack is visible in the ledger):
+ * a real Laneway on a test-owned broker, with 8 s leases (the participant
+ * renews at half of what is left, so a renewal has 4 s to get through on a
+ * busy machine) and nacked work parked for an hour (so every nack is
+ * visible in the ledger):
  *
  * - only explicitly registered (schema, publisher) pairs run; unhandled and
  *   unauthorized work is nacked and never executed; handlers that return
@@ -33,10 +36,12 @@ const config = buildLanesConfig({
     { id: "renewed", owner: "atlas", publishers: ["atlas"], groups: { workers: ["beacon"] } },
     { id: "stopping", owner: "atlas", publishers: ["atlas"], groups: { workers: ["beacon"] } },
   ],
-  lease: "2s",
+  lease: "8s",
   retry_delay: "1h",
   max_retry_delay: "1h",
 });
+
+const LEASE_MS = 8_000;
 
 let nats: NatsServerHandle;
 let laneway: InProcessLaneway;
@@ -132,12 +137,22 @@ test("a handler that outlives its lease (its renewals cannot get through) sees i
 
 test("while its renewals get through, a handler runs past one lease length and is acked once, never redelivered", async () => {
   const sequence = await publish(atlas, "renewed", "long", "long-v1");
-  const participant = new Participant({ client: beacon, lane: "renewed", group: "workers", concurrency: 2, waitMs: 200 });
+  // Counts the renewals the server granted to the participant.
+  let renewed = 0;
+  const counter: Interceptor = (next) => async (req) => {
+    const response = await next(req);
+    if (req.method.name === "RenewBatch") renewed += (response.message as RenewBatchResponse).results.filter((r) => r.outcome.case === "renewed").length;
+    return response;
+  };
+  const client = laneway.clients.client(LaneService, { token: laneway.tokens.beacon, interceptors: [counter] });
+  const participant = new Participant({ client, lane: "renewed", group: "workers", concurrency: 2, waitMs: 200 });
   let runs = 0;
   participant.handle("long-v1", "atlas", async (_work, signal) => {
     runs += 1;
-    // Two and a half lease lengths, checking the signal as a well-behaved handler does.
-    for (let i = 0; i < 50; i++) {
+    // Past the end of its first lease (granted before the handler started) and across two renewals,
+    // checking the signal as a well-behaved handler does.
+    const started = Date.now();
+    while (Date.now() <= started + LEASE_MS || renewed < 2) {
       if (signal.aborted) throw new Error("aborted");
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
@@ -147,6 +162,7 @@ test("while its renewals get through, a handler runs past one lease length and i
   await participant.stop();
   await running;
   expect(runs).toBe(1);
+  expect(renewed).toBeGreaterThanOrEqual(2);
   const g = await inspectGroup(beacon, "renewed", "workers");
   expect([g.deliveries, completionOf(g, sequence)?.attempt]).toEqual([[], 1]);
 });
