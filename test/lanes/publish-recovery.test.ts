@@ -39,11 +39,14 @@ let nats: NatsServerHandle;
 const started: ChildLaneway[] = [];
 const pendingConfig = exampleLanesConfig({ namespace: "pending" });
 const pendingTokens = generateTokens();
-// Reservations and records of this namespace are retained for a few seconds.
-// Its operation_timeout is the longest allowed, so that a paused publisher's
-// call is still within it when it resumes (however long a busy machine
-// takes to get there) and it meets the fence, not its deadline.
-const delayedConfig = exampleLanesConfig({ namespace: "delayed", retention: "6s", operation_timeout: "5m" });
+// Reservations and records of this namespace are retained for 15 s: short
+// enough that the tests' waits for them to expire stay short, long enough
+// that what must happen while one lives (the refusal right after the pause,
+// the checks after the paused publisher resumes) is done inside it on a busy
+// machine. Its operation_timeout is the longest allowed, so that a paused
+// publisher's call is still within it when it resumes (however long a busy
+// machine takes to get there) and it meets the fence, not its deadline.
+const delayedConfig = exampleLanesConfig({ namespace: "delayed", retention: "15s", operation_timeout: "5m" });
 const delayedTokens = generateTokens();
 const pausePoints = ["publish-after-reserve", "publish-after-append"] as const;
 let pendingDataDir: string;
@@ -109,13 +112,14 @@ beforeAll(async () => {
   slowCall = settle(atlasOf(slow).publish(eventOn("delayed-one", { from: "slow" })));
   slowAppendCall = settle(atlasOf(slowAppend).publish(eventOn("delayed-two", { from: "slow" })));
   await waitUntilPaused(slow);
-  await waitUntilPaused(slowAppend);
-  // While the reservation lives, other content for the key is refused.
+  // While the reservation lives, other content for the key is refused (asked
+  // at once, before anything else can let the reservation run out).
   try {
     await atlasOf(fast).publish(eventOn("delayed-one", { from: "fast" }));
   } catch (error) {
     refusedWhileReserved = ConnectError.from(error);
   }
+  await waitUntilPaused(slowAppend);
 
   // Each pending publisher stops at its point and is killed there.
   for (const [point, process] of [
