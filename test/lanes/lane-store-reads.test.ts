@@ -21,8 +21,15 @@ const RECORDS = 12;
 
 let nats: NatsServerHandle;
 let broker: BrokerConnection;
-/** Sized for records of up to 20,000 bytes. */
+/** Sized for records of up to 20,000 bytes; its pulls expire after 1 s. */
 let store: LaneStore;
+/**
+ * The store's broker timeout, and so its pulls' expiry, for the reads that
+ * must still be waiting when the test ends them: the longest pull (5 s), so
+ * that a busy machine cannot let one expire before its cancellation or its
+ * connection's close arrives.
+ */
+const WAITING_TIMEOUT_MS = 5_000;
 
 beforeAll(async () => {
   nats = await startNatsServer();
@@ -72,8 +79,9 @@ describe("flow-controlled reads", () => {
   });
 
   test("a read canceled while its pull waits ends with lane_canceled", async () => {
+    const waiting = new LaneStore(broker, WAITING_TIMEOUT_MS, 1, { maxRecordBytes: 20_000 });
     const abort = new AbortController();
-    const reading = store.readFrom(STREAM, RECORDS + 1, 5, abort.signal);
+    const reading = waiting.readFrom(STREAM, RECORDS + 1, 5, abort.signal);
     setTimeout(() => abort.abort(new DOMException("the call was canceled", "AbortError")), 50);
     const error = await reading.catch((e: unknown) => e);
     expect(error).toBeInstanceOf(LaneError);
@@ -82,7 +90,7 @@ describe("flow-controlled reads", () => {
 
   test("a read whose connection closes while its pull waits ends with lane_unavailable", async () => {
     const own = await BrokerConnection.open({ servers: nats.url });
-    const closing = new LaneStore(own, 1_000, 1, { maxRecordBytes: 20_000 });
+    const closing = new LaneStore(own, WAITING_TIMEOUT_MS, 1, { maxRecordBytes: 20_000 });
     const reading = closing.readFrom(STREAM, RECORDS + 1, 5);
     setTimeout(() => void own.close(), 50);
     const error = await reading.catch((e: unknown) => e);
