@@ -118,9 +118,15 @@ function hasErrorDetail(error: ConnectError): boolean {
 /**
  * Translates any failure into the ConnectError a client receives. `spec` is
  * the domain of the service called; a core error of another domain is
- * looked up in `domains`.
+ * looked up in `domains`. With the call's `signal`, a failure of a caller
+ * that went away (callerGone) is a cancellation, logged at debug level
+ * only.
  */
-export function toConnectError(error: unknown, spec: ErrorDomainSpec, log: Logger, domains?: ReadonlyMap<string, ErrorDomainSpec>): ConnectError {
+export function toConnectError(error: unknown, spec: ErrorDomainSpec, log: Logger, domains?: ReadonlyMap<string, ErrorDomainSpec>, signal?: AbortSignal): ConnectError {
+  if (signal !== undefined && callerGone(error, signal)) {
+    log.debug("the caller closed its connection before the call ended");
+    return canceledError(spec);
+  }
   if (error instanceof CoreError) {
     const own = error.domain === spec.domain ? spec : domains?.get(error.domain);
     const code = codeOfReason(own ?? serverDomain, error.reason);
@@ -142,11 +148,7 @@ export function toConnectError(error: unknown, spec: ErrorDomainSpec, log: Logge
     error.details.push({ desc: ErrorDetailSchema, value: { reason: fallbackReason(spec, error.code), domain: spec.domain } });
     return error;
   }
-  if (isAbortError(error)) {
-    return new ConnectError("the call was canceled", Code.Canceled, undefined, [
-      { desc: ErrorDetailSchema, value: { reason: fallbackReason(spec, Code.Canceled), domain: spec.domain } },
-    ]);
-  }
+  if (isAbortError(error)) return canceledError(spec);
   log.error("unexpected failure", safeErrorFields(error));
   return lanewayError("internal", "internal error", spec.domain);
 }
@@ -174,9 +176,8 @@ function callerGone(error: unknown, signal: AbortSignal): boolean {
   return false;
 }
 
-/** The answer to a call whose caller went away (it is never read): canceled, and logged at debug level only. */
-function callerGoneError(spec: ErrorDomainSpec, log: Logger, method: string): ConnectError {
-  log.debug("the caller closed its connection before the call ended", { method });
+/** A canceled call's answer, with the domain's reason for cancellation. */
+function canceledError(spec: ErrorDomainSpec): ConnectError {
   return new ConnectError("the call was canceled", Code.Canceled, undefined, [
     { desc: ErrorDetailSchema, value: { reason: fallbackReason(spec, Code.Canceled), domain: spec.domain } },
   ]);
@@ -205,14 +206,12 @@ export function errorMappingInterceptor(
           try {
             yield* source;
           } catch (error) {
-            if (callerGone(error, req.signal)) throw callerGoneError(spec, log, req.method.name);
-            throw toConnectError(error, spec, log, domains);
+            throw toConnectError(error, spec, log, domains, req.signal);
           }
         })(),
       };
     } catch (error) {
-      if (callerGone(error, req.signal)) throw callerGoneError(spec, log, req.method.name);
-      throw toConnectError(error, spec, log, domains);
+      throw toConnectError(error, spec, log, domains, req.signal);
     }
   };
 }

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "vitest";
+import { setTimeout as sleep } from "node:timers/promises";
 import { ConnectError } from "@connectrpc/connect";
 import { LaneService } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { exampleLanesConfig, generateTokens, startLanewayProcess, type ChildLaneway } from "../../helpers/laneway.js";
@@ -90,14 +91,14 @@ test(`two Laneway processes on one group, ${CLAIMERS} claimers each, ${SHARED_MS
             // receipt, as the message says; then a duplicate answer means that the first one was applied.
             let retried = false;
             let answer;
-            for (;;) {
+            for (let attempt = 1; answer === undefined; attempt++) {
               try {
                 answer = await beacon.ack({ ...where, sequence: work.record!.sequence, receipt: work.receipt });
-                break;
               } catch (error) {
-                if (reasonOf(ConnectError.from(error)) !== "lane_unavailable") throw error;
+                if (attempt >= 100 || reasonOf(ConnectError.from(error)) !== "lane_unavailable") throw error;
                 failures.set("ack lane_unavailable", (failures.get("ack lane_unavailable") ?? 0) + 1);
                 retried = true;
+                await sleep(50);
               }
             }
             if (!answer.duplicate || retried) {
@@ -139,8 +140,9 @@ test(`two Laneway processes on one group, ${CLAIMERS} claimers each, ${SHARED_MS
   // Every delivery completed once.
   expect([...acked.values()].filter((n) => n !== 1)).toEqual([]);
   const inspector: LaneClient = one.clients.client(LaneService, { token: tokens.beacon });
-  const left = (await inspectGroup(inspector, "measurements", "summarizers")).deliveries;
-  if (left.length > 0) {
+  const unfinished = async () => (await inspectGroup(inspector, "measurements", "summarizers")).deliveries;
+  // Nothing may be left unfinished; leases held by nobody are waited for first (the drain through one process may itself meet an unanswered forward).
+  for (let left = await unfinished(); left.length > 0; left = await unfinished()) {
     // Leases nobody holds: only where an answer was lost (a forward the writer did not answer in time, or a failed claim), and only of work not yet acknowledged.
     const unanswered = [...one.stdout, ...one.stderr, ...two.stdout, ...two.stderr].filter((line) => line.includes("writer did not answer"));
     const failedClaims = [...failures].filter(([k]) => k.startsWith("claim ")).reduce((n, [, v]) => n + v, 0);
@@ -153,6 +155,5 @@ test(`two Laneway processes on one group, ${CLAIMERS} claimers each, ${SHARED_MS
     await runUntil([one], () => left.every((d) => acked.has(d.sequence)));
     expect([...acked.values()].filter((n) => n !== 1)).toEqual([]);
   }
-  // Nothing is left unfinished.
-  expect((await inspectGroup(inspector, "measurements", "summarizers")).deliveries).toEqual([]);
+  expect(await unfinished()).toEqual([]);
 }, 180_000);

@@ -190,7 +190,7 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
   await failover("writer stopped", async (url, f, acks) => {
     const writer = await writerSlot(url, f);
     stopped = writer;
-    const process = f.serving(writer.index)!;
+    const stoppedProcess = f.serving(writer.index)!;
     const others = [0, 1, 2].filter((i) => i !== writer.index).map((i) => f.serving(i)!);
     const unanswered = () => others.some((p) => p.stderr.some((line) => line.includes("writer did not answer") && line.includes(writer.holder)));
     // A busy machine may have let the writer's lease lapse just before the stop, and another process took it: then nothing is forwarded to the stopped one.
@@ -198,7 +198,7 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
       others.some((p) => p.stderr.some((line) => line.includes("writes the work group") && !line.includes(writer.holder) && loggedAt(line) >= since));
     console.log(`[writer stopped] SIGSTOP of the writer ${writer.holder} (slot ${writer.index}) at ${new Date().toISOString()}`);
     const stoppedAt = Date.now();
-    globalThis.process.kill(process.pid, "SIGSTOP");
+    process.kill(stoppedProcess.pid, "SIGSTOP");
     try {
       // A forward to the stopped writer goes unanswered; the forwarder then writes the group itself and acks go on.
       await waitFor(() => unanswered() || takenOver(stoppedAt) || undefined, {
@@ -211,7 +211,7 @@ test(`three Laneway processes on one group, 32 claimers, ${ITEMS} items, random 
       await waitFor(() => acks() >= before + 32 || undefined, { timeoutMs: 120_000, intervalMs: 100, what: "acks while the writer is stopped" });
       ackedWhileStopped = acks() - before;
     } finally {
-      globalThis.process.kill(process.pid, "SIGCONT");
+      process.kill(stoppedProcess.pid, "SIGCONT");
     }
     console.log(
       `[writer stopped] SIGCONT at ${new Date().toISOString()} after ${ackedWhileStopped} acks without it; ` +
