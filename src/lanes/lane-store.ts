@@ -88,8 +88,9 @@ export interface LaneStoreReads {
   /**
    * Keep a read's consumer for a moment once the read is over, and let the
    * next read that starts where it stopped continue with it (the pages of
-   * one reader, one after the other): one pull per page instead of a
-   * consumer created, pulled and deleted. Off by default (every read
+   * one reader, one after the other): one pull per page at most instead
+   * of a consumer created, pulled and deleted, and the kept consumer reads
+   * ahead for that next read (see readFrom). Off by default (every read
    * creates and deletes its own).
    */
   readonly reuseConsumers?: boolean;
@@ -101,13 +102,25 @@ export const IDLE_READER_MS = 2_000;
 /** Finished reads' consumers kept at once, at most (the oldest is deleted first). */
 export const MAX_IDLE_READERS = 512;
 
+/**
+ * Bytes of records that kept consumers have read ahead and no read has
+ * taken yet, at most (a read ahead starts only below it).
+ */
+export const READ_AHEAD_BYTES = 8 * 1024 * 1024;
+
+/** How many reads of the size just made one read ahead holds (within PULL_BYTES): one broker request for that many pages. */
+export const READ_AHEAD_READS = 4;
+
 /** A consumer a finished read left positioned at `next`. */
 interface IdleReader {
   readonly stream: string;
   readonly name: string;
+  /** The first sequence the next read gets from it (the first record read ahead, if any). */
   readonly next: number;
   readonly generation: number;
   readonly since: number;
+  /** The records read ahead from `next` on; undefined when the pull failed (the consumer is then of no use). */
+  readonly ahead?: Promise<Pulled | undefined>;
 }
 
 export class LaneStore {
@@ -129,6 +142,8 @@ export class LaneStore {
   #idleCount = 0;
   #sweeper: NodeJS.Timeout | undefined;
   readonly #reuse: boolean;
+  /** Bytes of records read ahead by kept consumers and not taken by a read (see READ_AHEAD_BYTES). */
+  #aheadBytes = 0;
 
   /**
    * What this store last learnt of each stream's range (from a stream info,
@@ -329,57 +344,146 @@ export class LaneStore {
    * store's budget and gives them back once the pull is over, so that no
    * number of readers can make the broker owe this connection more than
    * the budget. One read has one pull in flight at a time.
+   *
+   * With kept consumers (LaneStoreReads.reuseConsumers), a consumer kept
+   * for the next read also reads ahead: one pull of READ_AHEAD_READS times
+   * as many records as this read asked for (as far as the stream is known
+   * to reach, within PULL_BYTES), started at once when the stream is known
+   * to hold more and the budget has half of itself free, so that the next read
+   * finds its records here instead of waiting for the broker. What was read
+   * ahead and not yet taken stays below READ_AHEAD_BYTES (a read ahead
+   * starts only under it) and is dropped with its consumer. A read that
+   * takes fewer records than were read ahead leaves the rest to the read
+   * after it.
    */
   readFrom(stream: string, from: number, count: number, signal?: AbortSignal, maxBytes = Number.POSITIVE_INFINITY): Promise<StoredRecord[]> {
     return this.run(
       async () => {
         const handles = await this.#current();
         const nc = this.broker.connection();
-        let reader = this.#takeIdle(stream, from, handles.generation);
-        const reused = reader !== undefined;
+        const idle = this.#takeIdle(stream, from, handles.generation);
+        let reader = idle?.name;
+        // The first pull's answer when the kept consumer read ahead.
+        let early: Pulled | undefined;
+        if (idle?.ahead !== undefined) {
+          early = await this.#takeAhead(idle, signal);
+          if (early === undefined) {
+            void this.#deleteReader(handles.jsm, stream, idle.name);
+            reader = undefined;
+          }
+        }
+        let reused = reader !== undefined;
         if (reader === undefined) reader = await this.#createReader(handles.jsm, stream, from);
         const records: StoredRecord[] = [];
         let end: Pulled["end"] | "error" = "error";
+        // Records a pull delivered beyond what this read takes (only ever of one read ahead).
+        let rest: PulledRecord[] = [];
         try {
           let bytes = 0;
-          let first = true;
           while (records.length < count && bytes < maxBytes) {
-            const ask = Math.max(this.#minimumPull, Math.min(PULL_BYTES, maxBytes - bytes));
-            const grant = await this.#budget.acquire(ask, signal);
             let pulled: Pulled;
-            try {
-              pulled = await this.#pull(nc, stream, reader, count - records.length, grant.bytes, signal);
-            } finally {
-              grant.release();
+            if (early !== undefined) {
+              pulled = early;
+              early = undefined;
+            } else {
+              const ask = Math.max(this.#minimumPull, Math.min(PULL_BYTES, maxBytes - bytes));
+              const grant = await this.#budget.acquire(ask, signal);
+              try {
+                pulled = await this.#pull(nc, stream, reader, count - records.length, grant.bytes, signal);
+              } finally {
+                grant.release();
+              }
             }
-            if (first && reused && pulled.end === "gone" && pulled.records.length === 0 && !pulled.noMessages) {
+            if (reused && pulled.end === "gone" && pulled.records.length === 0 && !pulled.noMessages) {
               // The kept consumer went away at the broker (a restart, its inactivity threshold): start a fresh one.
               void this.#deleteReader(handles.jsm, stream, reader);
               reader = await this.#createReader(handles.jsm, stream, from);
-              first = false;
+              reused = false;
               continue;
             }
-            first = false;
-            records.push(...pulled.records);
-            bytes += pulled.bytes;
+            reused = false;
+            let taken = 0;
+            for (const record of pulled.records) {
+              if (records.length >= count || (records.length > 0 && bytes >= maxBytes)) break;
+              records.push(record);
+              bytes += record.size;
+              taken += 1;
+            }
             end = pulled.end;
-            // Only a pull the byte bound ended leaves more to read at once.
-            if (pulled.end !== "bytes") break;
+            if (taken < pulled.records.length) {
+              rest = pulled.records.slice(taken);
+              break;
+            }
+            // The broker had no more, or the consumer is of no more use: what came is what there is.
+            if (pulled.end === "short" || pulled.end === "gone") break;
           }
         } finally {
           // A consumer whose last pull delivered its whole batch stands exactly
-          // after the last record read: the next read from there may continue
-          // with it. Any other is deleted at once (otherwise it would stay on
-          // the server for its inactivity threshold).
-          const next = records.length > 0 ? records[records.length - 1]!.sequence + 1 : from;
-          if (this.#reuse && end === "batch") this.#keepIdle({ stream, name: reader, next, generation: handles.generation, since: Date.now() });
-          else void this.#deleteReader(handles.jsm, stream, reader);
+          // after the last record it delivered: the next read from there (or
+          // from the first record this read left) may continue with it. Any
+          // other is deleted at once (otherwise it would stay on the server
+          // for its inactivity threshold).
+          if (this.#reuse && end === "batch") {
+            const next = rest.length > 0 ? rest[0]!.sequence : records.length > 0 ? records[records.length - 1]!.sequence + 1 : from;
+            const kept = { stream, name: reader, next, generation: handles.generation, since: Date.now() };
+            if (rest.length > 0) this.#keepIdle({ ...kept, ahead: Promise.resolve(this.#held({ records: rest, bytes: sumSizes(rest), end: "batch" })) });
+            else this.#keepIdle({ ...kept, ahead: this.#readAhead(nc, stream, reader, next, count, maxBytes) });
+          } else void this.#deleteReader(handles.jsm, stream, reader);
         }
         return records;
       },
       "reading records",
       signal,
     );
+  }
+
+  /**
+   * The pull that reads ahead for a kept consumer standing at `next`, or
+   * undefined when the stream is not known to hold `next`, the budget has
+   * less than half of itself free, or READ_AHEAD_BYTES are already held.
+   */
+  #readAhead(nc: NatsConnection, stream: string, reader: string, next: number, count: number, maxBytes: number): Promise<Pulled | undefined> | undefined {
+    const last = this.#ranges.get(stream)?.last ?? 0;
+    if (last < next || this.#aheadBytes >= READ_AHEAD_BYTES) return undefined;
+    const ask = Math.max(this.#minimumPull, Math.min(PULL_BYTES, maxBytes));
+    if (this.#budget.waiting > 0 || this.#budget.available - ask < this.#budget.capacity / 2) return undefined;
+    // Free at once (checked above), so the grant is taken now.
+    const granted = this.#budget.acquire(ask);
+    return granted.then((grant) =>
+      this.#pull(nc, stream, reader, Math.min(count * READ_AHEAD_READS, last - next + 1), grant.bytes, undefined).then(
+        (pulled) => {
+          grant.release();
+          return this.#held(pulled);
+        },
+        () => {
+          grant.release();
+          return undefined;
+        },
+      ),
+    );
+  }
+
+  /** Counts `pulled`'s records as read ahead and not taken. */
+  #held(pulled: Pulled): Pulled {
+    this.#aheadBytes += pulled.bytes;
+    return pulled;
+  }
+
+  /** What a kept consumer read ahead, for the read that took it (undefined: the pull failed); a read canceled meanwhile drops the consumer. */
+  async #takeAhead(idle: IdleReader, signal: AbortSignal | undefined): Promise<Pulled | undefined> {
+    try {
+      const pulled = await raceSignal(idle.ahead!, signal);
+      if (pulled !== undefined) this.#aheadBytes -= pulled.bytes;
+      return pulled;
+    } catch (error) {
+      this.#dropReader(idle);
+      throw error;
+    }
+  }
+
+  /** Bytes of records read ahead by kept consumers and not yet taken by a read. */
+  get readAheadBytes(): number {
+    return this.#aheadBytes;
   }
 
   /** A cursor on the broker: ack none, in memory, one replica, named, with the settings nats.js gives its ordered consumers. */
@@ -406,7 +510,7 @@ export class LaneStore {
       );
   }
 
-  #takeIdle(stream: string, from: number, generation: number): string | undefined {
+  #takeIdle(stream: string, from: number, generation: number): IdleReader | undefined {
     if (!this.#reuse) return undefined;
     const key = `${stream} ${from}`;
     const list = this.#idle.get(key);
@@ -419,7 +523,7 @@ export class LaneStore {
       this.#dropReader(reader);
       return undefined;
     }
-    return reader.name;
+    return reader;
   }
 
   #keepIdle(reader: IdleReader): void {
@@ -435,9 +539,17 @@ export class LaneStore {
     }
   }
 
+  /** Deletes a kept consumer, once what it reads ahead has arrived (and is no longer counted as held). */
   #dropReader(reader: IdleReader): void {
-    const handles = this.#handles;
-    if (handles !== undefined && handles.generation === reader.generation) void this.#deleteReader(handles.jsm, reader.stream, reader.name);
+    const remove = () => {
+      const handles = this.#handles;
+      if (handles !== undefined && handles.generation === reader.generation) void this.#deleteReader(handles.jsm, reader.stream, reader.name);
+    };
+    if (reader.ahead === undefined) return remove();
+    void reader.ahead.then((pulled) => {
+      if (pulled !== undefined) this.#aheadBytes -= pulled.bytes;
+      remove();
+    });
   }
 
   #evictOldest(): void {
@@ -487,7 +599,7 @@ export class LaneStore {
   #pull(nc: NatsConnection, stream: string, consumer: string, batch: number, maxBytes: number, signal: AbortSignal | undefined): Promise<Pulled> {
     const expiresMs = Math.max(1_000, Math.min(this.timeoutMs, 5_000));
     return new Promise<Pulled>((resolve, reject) => {
-      const records: StoredRecord[] = [];
+      const records: PulledRecord[] = [];
       let bytes = 0;
       let settled = false;
       let noMessages = false;
@@ -508,8 +620,9 @@ export class LaneStore {
           if (delivery !== undefined) {
             const { sequence, pending } = delivery;
             if (pending !== undefined) this.#learn(stream, 0, sequence + pending);
-            records.push(new PulledRecord(sequence, message, delivery.storedAt));
-            bytes += sizeOf(message);
+            const size = sizeOf(message);
+            records.push(new PulledRecord(sequence, message, delivery.storedAt, size));
+            bytes += size;
             if (records.length >= batch) settle({ end: "batch" });
             else if (bytes >= maxBytes) settle({ end: "bytes" });
             return;
@@ -727,7 +840,7 @@ export class LaneStore {
 
 /** How one pull ended: the batch arrived, the byte bound ended it, or the broker had no more in time. */
 interface Pulled {
-  readonly records: StoredRecord[];
+  readonly records: PulledRecord[];
   readonly bytes: number;
   readonly end: "batch" | "bytes" | "short" | "gone";
   /** The broker ended the pull with `404 No Messages` (a pull that does not wait found fewer records than it asked for). */
@@ -797,6 +910,13 @@ function tokenDigits(reply: string, index: number, drop: number): number {
 }
 
 /** A record as a pull delivered it: its subject is decoded only when asked for (the readers of pages never do). */
+/** The broker's count of `records`' bytes. */
+function sumSizes(records: readonly PulledRecord[]): number {
+  let bytes = 0;
+  for (const record of records) bytes += record.size;
+  return bytes;
+}
+
 class PulledRecord implements StoredRecord {
   readonly data: Uint8Array;
   readonly #message: Msg;
@@ -805,6 +925,8 @@ class PulledRecord implements StoredRecord {
     readonly sequence: number,
     message: Msg,
     readonly storedAt: number,
+    /** Its size as the broker counted it against the pull's bytes. */
+    readonly size: number,
   ) {
     this.data = message.data;
     this.#message = message;

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { LaneError } from "../../src/lanes/index.js";
-import { LaneStore } from "../../src/lanes/lane-store.js";
+import { LaneStore, READ_AHEAD_READS } from "../../src/lanes/lane-store.js";
 import { ReadBudget } from "../../src/lanes/read-budget.js";
 import { BrokerConnection } from "../../src/nats/index.js";
 import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.js";
@@ -12,10 +12,17 @@ import { startNatsServer, type NatsServerHandle } from "../helpers/nats-server.j
  * for more than the stream holds ends short once the broker's pull
  * expires; a read canceled, or whose connection closes, while its pull
  * waits ends at once with lane_canceled or lane_unavailable; a record too
- * large for any pull is an error, never a silent skip.
+ * large for any pull is an error, never a silent skip. With kept
+ * consumers (the readers' store), the consumer kept for the next read reads
+ * ahead: the next reads get their records without a broker answer, a read
+ * that takes fewer leaves the rest in order to the reads after it, and
+ * every byte held or granted is given back.
  */
 
 const STREAM = "READS";
+/** A stream of AHEAD_RECORDS small records for the kept consumers' reads. */
+const AHEAD = "AHEAD";
+const AHEAD_RECORDS = 200;
 const LARGE = 10_000;
 const RECORDS = 12;
 
@@ -37,6 +44,8 @@ beforeAll(async () => {
   await broker.jetstreamManager().streams.add({ name: STREAM, subjects: ["reads.>"] });
   const js = broker.jetstream();
   for (let i = 1; i <= RECORDS; i++) await js.publish(`reads.${i}`, new Uint8Array(LARGE).fill(i));
+  await broker.jetstreamManager().streams.add({ name: AHEAD, subjects: ["ahead.>"] });
+  await Promise.all(Array.from({ length: AHEAD_RECORDS }, (_, i) => i + 1).map((i) => js.publish(`ahead.${i}`, new TextEncoder().encode(`record ${i}`), { expect: {} })));
   store = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000 });
 });
 
@@ -106,5 +115,74 @@ describe("flow-controlled reads", () => {
     expect(String((error as Error).cause)).toMatch(/larger than the stream's max_msg_size/);
     // A budget smaller than one pull of the largest record is refused.
     expect(() => new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget: new ReadBudget(1_000) })).toThrow(RangeError);
+  });
+});
+
+/** Sequences from..to, inclusive. */
+function span(from: number, to: number): number[] {
+  return Array.from({ length: to - from + 1 }, (_, i) => from + i);
+}
+
+/** Waits (bounded) until `condition` holds. */
+async function until(condition: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+describe("kept consumers read ahead", () => {
+  test("the reads after a kept consumer's read get their records without a broker answer", async () => {
+    const budget = new ReadBudget(4 * 1024 * 1024);
+    const readers = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget, reuseConsumers: true });
+    try {
+      expect(sequences(await readers.readFrom(AHEAD, 1, 10))).toEqual(span(1, 10));
+      await until(() => readers.readAheadBytes > 0, "the kept consumer has read ahead");
+      // The broker stops answering: what was read ahead is all the next reads may use.
+      await nats.pause();
+      try {
+        for (let from = 11; from < 11 + 10 * READ_AHEAD_READS; from += 10) {
+          const records = await readers.readFrom(AHEAD, from, 10);
+          expect(sequences(records)).toEqual(span(from, from + 9));
+          expect(records.map((r) => new TextDecoder().decode(r.data))).toEqual(span(from, from + 9).map((i) => `record ${i}`));
+        }
+        expect(readers.readAheadBytes).toBe(0);
+      } finally {
+        await nats.resume();
+      }
+      // Once answered again, reading goes on from the same consumer.
+      expect(sequences(await readers.readFrom(AHEAD, 11 + 10 * READ_AHEAD_READS, 10))).toEqual(span(51, 60));
+    } finally {
+      readers.close();
+    }
+    await until(() => readers.readAheadBytes === 0 && budget.available === budget.capacity, "every byte held or granted is given back");
+  });
+
+  test("a read that takes fewer records than were read ahead leaves the rest, in order, to the reads after it", async () => {
+    const budget = new ReadBudget(4 * 1024 * 1024);
+    const readers = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget, reuseConsumers: true });
+    try {
+      expect(sequences(await readers.readFrom(AHEAD, 1, 8))).toEqual(span(1, 8));
+      await until(() => readers.readAheadBytes > 0, "the kept consumer has read ahead");
+      // Fewer than were read ahead, then a byte bound below one record, then more than is left of it.
+      expect(sequences(await readers.readFrom(AHEAD, 9, 3))).toEqual(span(9, 11));
+      expect(sequences(await readers.readFrom(AHEAD, 12, 5, undefined, 1))).toEqual([12]);
+      expect(sequences(await readers.readFrom(AHEAD, 13, 50))).toEqual(span(13, 62));
+      // A read that does not start where a kept consumer stands reads from its own.
+      expect(sequences(await readers.readFrom(AHEAD, 100, 5))).toEqual(span(100, 104));
+      // To the stream's end: what is read ahead never goes beyond it.
+      let from = 63;
+      while (from <= AHEAD_RECORDS) {
+        const records = await readers.readFrom(AHEAD, from, Math.min(25, AHEAD_RECORDS - from + 1));
+        expect(sequences(records)).toEqual(span(from, from + records.length - 1));
+        expect(records.length).toBeGreaterThan(0);
+        from += records.length;
+      }
+      expect(from).toBe(AHEAD_RECORDS + 1);
+    } finally {
+      readers.close();
+    }
+    await until(() => readers.readAheadBytes === 0 && budget.available === budget.capacity, "every byte held or granted is given back");
   });
 });
