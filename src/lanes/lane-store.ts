@@ -376,7 +376,8 @@ export class LaneStore {
         if (reader === undefined) reader = await this.#createReader(handles.jsm, stream, from);
         const records: StoredRecord[] = [];
         let end: Pulled["end"] | "error" = "error";
-        // Records a pull delivered beyond what this read takes (only ever of one read ahead).
+        // Records a pull delivered beyond what this read takes: of a read ahead, or of a pull
+        // that could carry more than the bytes left (it asks for one record of the largest size at least).
         let rest: PulledRecord[] = [];
         try {
           let bytes = 0;
@@ -909,7 +910,6 @@ function tokenDigits(reply: string, index: number, drop: number): number {
   return Number.isSafeInteger(value) ? value : Number.NaN;
 }
 
-/** A record as a pull delivered it: its subject is decoded only when asked for (the readers of pages never do). */
 /** The broker's count of `records`' bytes. */
 function sumSizes(records: readonly PulledRecord[]): number {
   let bytes = 0;
@@ -917,6 +917,7 @@ function sumSizes(records: readonly PulledRecord[]): number {
   return bytes;
 }
 
+/** A record as a pull delivered it: its subject is decoded only when asked for (the readers of pages never do). */
 class PulledRecord implements StoredRecord {
   readonly data: Uint8Array;
   readonly #message: Msg;
