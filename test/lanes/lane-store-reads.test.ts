@@ -132,11 +132,24 @@ async function until(condition: () => boolean, what: string): Promise<void> {
   }
 }
 
+/**
+ * Runs `reads` on a store with kept consumers (as the readers' store is),
+ * then closes it and waits until every byte it held or was granted is back.
+ */
+async function withKeptReaders(reads: (readers: LaneStore) => Promise<void>): Promise<void> {
+  const budget = new ReadBudget(4 * 1024 * 1024);
+  const readers = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget, reuseConsumers: true });
+  try {
+    await reads(readers);
+  } finally {
+    readers.close();
+  }
+  await until(() => readers.readAheadBytes === 0 && budget.available === budget.capacity, "every byte held or granted is given back");
+}
+
 describe("kept consumers read ahead", () => {
   test("the reads after a kept consumer's read get their records without a broker answer", async () => {
-    const budget = new ReadBudget(4 * 1024 * 1024);
-    const readers = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget, reuseConsumers: true });
-    try {
+    await withKeptReaders(async (readers) => {
       expect(sequences(await readers.readFrom(AHEAD, 1, 10))).toEqual(span(1, 10));
       await until(() => readers.readAheadBytes > 0, "the kept consumer has read ahead");
       // The broker stops answering: what was read ahead is all the next reads may use.
@@ -153,16 +166,11 @@ describe("kept consumers read ahead", () => {
       }
       // Once answered again, reading goes on from the same consumer.
       expect(sequences(await readers.readFrom(AHEAD, 11 + 10 * READ_AHEAD_READS, 10))).toEqual(span(51, 60));
-    } finally {
-      readers.close();
-    }
-    await until(() => readers.readAheadBytes === 0 && budget.available === budget.capacity, "every byte held or granted is given back");
+    });
   });
 
   test("a read that takes fewer records than were read ahead leaves the rest, in order, to the reads after it", async () => {
-    const budget = new ReadBudget(4 * 1024 * 1024);
-    const readers = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget, reuseConsumers: true });
-    try {
+    await withKeptReaders(async (readers) => {
       expect(sequences(await readers.readFrom(AHEAD, 1, 8))).toEqual(span(1, 8));
       await until(() => readers.readAheadBytes > 0, "the kept consumer has read ahead");
       // Fewer than were read ahead, then a byte bound below one record, then more than is left of it.
@@ -180,9 +188,6 @@ describe("kept consumers read ahead", () => {
         from += records.length;
       }
       expect(from).toBe(AHEAD_RECORDS + 1);
-    } finally {
-      readers.close();
-    }
-    await until(() => readers.readAheadBytes === 0 && budget.available === budget.capacity, "every byte held or granted is given back");
+    });
   });
 });
