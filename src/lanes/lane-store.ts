@@ -94,6 +94,8 @@ export interface LaneStoreReads {
    * creates and deletes its own).
    */
   readonly reuseConsumers?: boolean;
+  /** How long a kept consumer waits for the read that continues it (default IDLE_READER_MS). */
+  readonly keepMs?: number;
 }
 
 /** How long a finished read's consumer waits for the read that continues it before it is deleted. */
@@ -142,6 +144,7 @@ export class LaneStore {
   #idleCount = 0;
   #sweeper: NodeJS.Timeout | undefined;
   readonly #reuse: boolean;
+  readonly #keepMs: number;
   /** Bytes of records read ahead by kept consumers and not taken by a read (see READ_AHEAD_BYTES). */
   #aheadBytes = 0;
 
@@ -161,6 +164,7 @@ export class LaneStore {
   ) {
     this.#leaderReads = replicas > 1;
     this.#reuse = reads.reuseConsumers === true;
+    this.#keepMs = reads.keepMs ?? IDLE_READER_MS;
     this.#minimumPull = (reads.maxRecordBytes ?? LARGEST_RECORD_BYTES) + PULL_OVERHEAD_BYTES;
     this.#budget = reads.budget ?? new ReadBudget(Math.max(READ_BUDGET_BYTES, this.#minimumPull));
     if (this.#budget.capacity < this.#minimumPull) throw new RangeError("a read budget must hold at least one pull of the largest record");
@@ -367,6 +371,10 @@ export class LaneStore {
         let early: Pulled | undefined;
         if (idle?.ahead !== undefined) {
           early = await this.#takeAhead(idle, signal);
+          // A read ahead that failed, or that brought nothing but did not find
+          // the stream's end (its pull expired, or the consumer went away),
+          // leaves a consumer of unknown position: this read starts afresh.
+          if (early !== undefined && early.records.length === 0 && !early.noMessages) early = undefined;
           if (early === undefined) {
             void this.#deleteReader(handles.jsm, stream, idle.name);
             reader = undefined;
@@ -535,7 +543,7 @@ export class LaneStore {
     this.#idleCount += 1;
     while (this.#idleCount > MAX_IDLE_READERS) this.#evictOldest();
     if (this.#sweeper === undefined) {
-      this.#sweeper = setInterval(() => this.#sweep(), IDLE_READER_MS / 2);
+      this.#sweeper = setInterval(() => this.#sweep(), this.#keepMs / 2);
       this.#sweeper.unref();
     }
   }
@@ -567,7 +575,7 @@ export class LaneStore {
   }
 
   #sweep(): void {
-    const cutoff = Date.now() - IDLE_READER_MS;
+    const cutoff = Date.now() - this.#keepMs;
     for (const [key, list] of this.#idle) {
       while (list.length > 0 && list[0]!.since <= cutoff) {
         this.#dropReader(list.shift()!);

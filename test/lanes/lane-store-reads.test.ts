@@ -138,7 +138,8 @@ async function until(condition: () => boolean, what: string): Promise<void> {
  */
 async function withKeptReaders(reads: (readers: LaneStore) => Promise<void>): Promise<void> {
   const budget = new ReadBudget(4 * 1024 * 1024);
-  const readers = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget, reuseConsumers: true });
+  // Kept for a minute, not 2 s: a busy machine's pause between two reads must not drop the consumer.
+  const readers = new LaneStore(broker, 1_000, 1, { maxRecordBytes: 20_000, budget, reuseConsumers: true, keepMs: 60_000 });
   try {
     await reads(readers);
   } finally {
