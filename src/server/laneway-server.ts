@@ -295,7 +295,7 @@ export class LanewayServer {
   }
 }
 
-/** A core's failure to open, as every core reports it (see `CoreBinding.open`). */
+/** A core's failure to open or to prepare the broker, as every core reports it (see `CoreBinding.open`). */
 function startupFailure(binding: CoreBinding, error: unknown): unknown {
   if (error instanceof CoreStartupError || !(error instanceof CoreError)) return error;
   const kind = codeOfReason(binding.errors, error.reason) === Code.Unavailable ? "unavailable" : "state_conflict";
@@ -328,7 +328,13 @@ function connectionCapFor(configured: number): number {
 async function startBroker(server: LanewayServerOptions["startup"]["server"], bindings: readonly CoreBinding[], log: Logger): ReturnType<typeof bootBroker> {
   const preparations = [];
   for (const binding of bindings) {
-    const preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) });
+    let preparation;
+    try {
+      preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) });
+    } catch (error) {
+      // Reported as the core's failure to open is: the step is the core's.
+      throw startupFailure(binding, error);
+    }
     if (preparation) preparations.push({ core: binding.name, preparation });
   }
   if (preparations.length > 1) throw new Error(`more than one core prepares the broker: ${preparations.map((p) => p.core).join(", ")}`);

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -63,6 +63,20 @@ test("a hub whose member_swarms file holds the map itself does not start; the re
     const error = await startLanewayInProcess({ dataDir, lanesConfig: false, env: { AGENTIHOOKS_NATS_SIGNER: `file:${own.folder}` } }).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(CoreStartupError);
     expect((error as CoreStartupError).message).toBe(`the hive hub cannot start: ${fileForm} (unknown top-level keys 'hive-a', 'hive-b')`);
+  } finally {
+    await rm(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("a hub whose hive settings are broken does not start; the refusal is the hub's, as for a failure to open", async () => {
+  const dataDir = await mkdtemp(join(tmpdir(), "laneway-hive-json-"));
+  try {
+    await initHive(dataDir, { natsListen: "127.0.0.1:0" });
+    // Read while the broker is prepared for the hub (operator mode), before any core opens.
+    await writeFile(join(dataDir, "hive", "hive.json"), "{ not json");
+    const error = await startLanewayInProcess({ dataDir, lanesConfig: false }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(CoreStartupError);
+    expect((error as CoreStartupError).message).toBe("the hive hub cannot start: the hive settings (hive/hive.json) are not valid JSON");
   } finally {
     await rm(dataDir, { recursive: true, force: true });
   }
