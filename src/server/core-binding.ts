@@ -174,6 +174,13 @@ export interface OpenCore {
 export interface CoreBinding {
   /** Short name for logs and shutdown steps (also its folder under src/). */
   readonly name: string;
+  /**
+   * The core's other folders under src/, below its own (default none):
+   * libraries its folder builds on, such as the member-side half of a
+   * core. Only its own folder may use their internal.ts, and its uses of
+   * their index do not count as uses from outside the core.
+   */
+  readonly folders?: readonly string[];
   /** How a startup failure names the core: `<title> cannot start: <the core's message>`. */
   readonly title: string;
   readonly errors: ErrorDomainSpec;

@@ -95,6 +95,7 @@ interface SwarmSettings {
 
 export const swarmBinding: CoreBinding = {
   name: "swarm",
+  folders: ["swarm-bus"],
   title: "the hive hub",
   errors,
   pausePoints: HUB_PAUSE_POINTS,
