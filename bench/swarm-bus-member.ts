@@ -54,7 +54,7 @@ async function busSide(): Promise<Side> {
   const bus = await openBus({ backend: "nats", url: spec.url, credentials: spec.credentials, scoped: true, bind: true, connectionName: "bench-member-bus" });
   const queue = await bus.forSwarm(spec.swarm).queue(`swarm.${spec.swarm}.ready.${spec.lane}`);
   return {
-    offer: async (n) => void (await queue.offer(event(n))),
+    offer: async (n) => void (await queue.offer({ event: event(n) })),
     async take(onItem) {
       const items = await queue.consume({ maxMessages: spec.batch });
       void (async () => {

@@ -70,7 +70,7 @@ export async function swarmBus(): Promise<void> {
   const hub = await openBus({ backend: "nats", url: nats.url, credentials: hubCreds, scoped: true, bind: false });
   const legacyHub = await openBus({ backend: "nats", url: nats.url, credentials: hubCreds, scoped: false, bind: false });
   try {
-    for (const swarm of ["bench", "benchraw", "migrraw"]) await hub.provisionSwarm(swarm);
+    for (const swarm of ["bench", "benchraw", "migrraw"]) await hub.provisionSwarm({ swarm });
     const record = await openSignerStore(undefined, hiveDirOf(dataDir)).read();
     const minted = await mintMemberCredential({
       memberId: MEMBER,

@@ -10,11 +10,21 @@
 import { headers as natsHeaders, type MsgHdrs } from "@nats-io/transport-node";
 import { swarmSubjectPrefix } from "./stream-names.js";
 import { BUS_HEADERS, legacyDeadSubject } from "./names.js";
-import type { BusMode } from "./subject-map.js";
+import type { BusEvent, BusMode } from "./subject-map.js";
 
 export interface DeadLetterOptions {
   /** Why the event was dead-lettered (stored as the `Agentihooks-Dead-Reason` header). */
   readonly reason?: string;
+}
+
+/** A dead letter: the event and why. */
+export interface DeadLetterParams extends DeadLetterOptions {
+  /**
+   * The event given up on, a JSON object. A root bus takes the swarm from
+   * its `swarm` field (refused without one); a swarm's bus requires it to
+   * name that swarm when it names one (scoped mode).
+   */
+  readonly event: BusEvent;
 }
 
 /** The logical subject of a swarm's dead letters. */

@@ -21,6 +21,7 @@ import { BrokerPermissionError, BrokerUnavailableError, classifyNatsError } from
 import { busFailure } from "./errors.js";
 import { isMarkSubject } from "./names.js";
 import { readMessages } from "./stream-reader.js";
+import type { DeadLetterOptions } from "./dead-letters.js";
 import { decodeEvent, logicalSubject, type BusEvent } from "./subject-map.js";
 import type { BusStreams } from "./streams.js";
 
@@ -52,6 +53,30 @@ export interface ReadOptions {
   readonly fromSeq?: number;
   /** Most messages to return. Default 100, at most 1 000. */
   readonly limit?: number;
+}
+
+/** An event to publish and where. */
+export interface PublishParams extends DeadLetterOptions {
+  /**
+   * The logical subject, a row of the subject table (subject-map.ts),
+   * without wildcards: an event subject (`swarm.<swarm>.execution.<rest>`)
+   * or a dead-letter subject (`dead.<swarm>`, the only one `reason`
+   * applies to). Scoped, it names the bus's swarm (a swarm's bus refuses
+   * another).
+   */
+  readonly subject: string;
+  /** The event, a JSON object; scoped, its `swarm` field, when present, is the subject's swarm. */
+  readonly event: BusEvent;
+}
+
+/** Which stored events to read. */
+export interface ReadEventsParams extends ReadOptions {
+  /**
+   * A subject or wildcard pattern in logical form (such as
+   * `swarm.*.execution.>`, or `dead.<swarm>`); scoped, it names one swarm
+   * (a swarm's bus reads its own swarm).
+   */
+  readonly pattern: string;
 }
 
 export interface ReadPage {

@@ -38,9 +38,21 @@ export interface OfferOptions {
   readonly msgId?: string;
 }
 
+/** An offer: the event and its optional message id. */
+export interface OfferParams extends OfferOptions {
+  /** The work item, a JSON object; scoped, its `swarm` field, when present, is the queue's swarm. */
+  readonly event: BusEvent;
+}
+
 export interface TakeOptions {
   /** How long to wait for an item. Default 5 000 ms, at least 1 000. */
   readonly maxWaitMs?: number;
+}
+
+/** A batch take: how many items, and how long to wait for them. */
+export interface TakeBatchParams extends TakeOptions {
+  /** Most items to take, a whole number of at least 1 (a fraction is rounded down, less than 1 takes 1). */
+  readonly max: number;
 }
 
 /** How long a take waits for the server to confirm an earlier nak of the same queue. */
@@ -197,12 +209,13 @@ export class WorkQueue {
   }
 
   /** Offers an event; resolves once the stream stored it. */
-  async offer(event: BusEvent, options: OfferOptions = {}): Promise<OfferAck> {
+  async offer(params: OfferParams): Promise<OfferAck> {
+    const { event, msgId } = params;
     if (this.#binding.swarm !== undefined) checkEventSwarm(this.#binding.mode, this.#binding.swarm, event);
     const data = encodeEvent(event);
     let ack: PubAck;
     try {
-      ack = await this.#streams.js().publish(this.#binding.offerSubject, data, options.msgId === undefined ? undefined : { msgID: options.msgId });
+      ack = await this.#streams.js().publish(this.#binding.offerSubject, data, msgId === undefined ? undefined : { msgID: msgId });
     } catch (error) {
       throw busFailure(error, "offering work");
     }
@@ -223,12 +236,12 @@ export class WorkQueue {
   }
 
   /** Takes up to `max` items, waiting up to `maxWaitMs` for them. */
-  async takeBatch(max: number, options: TakeOptions = {}): Promise<WorkItem[]> {
+  async takeBatch(params: TakeBatchParams): Promise<WorkItem[]> {
     await this.#naksConfirmed();
     const consumer = await this.#pullConsumer();
     const items: WorkItem[] = [];
     try {
-      const messages = await consumer.fetch({ max_messages: Math.max(1, Math.floor(max)), expires: waitOf(options) });
+      const messages = await consumer.fetch({ max_messages: Math.max(1, Math.floor(params.max)), expires: waitOf(params) });
       for await (const message of messages) items.push(new WorkItem(message, this.#binding.name, this.#confirmNak));
     } catch (error) {
       throw busFailure(error, "taking work");

@@ -24,10 +24,10 @@ import { BrokerConnection } from "../nats/index.js";
 import { deadStream, eventsStream, stateStream, swarmStreams, type SwarmStream } from "./stream-names.js";
 import { swarmNameProblem } from "./swarm-names.js";
 import { checkBusConfig, DEFAULT_QUEUE_POLICY, isProvisioning, type BusConfig } from "./config.js";
-import { deadLetterFilters, deadLetterHeaders, deadLetterName, type DeadLetterOptions } from "./dead-letters.js";
+import { deadLetterFilters, deadLetterHeaders, deadLetterName, type DeadLetterOptions, type DeadLetterParams } from "./dead-letters.js";
 import { EventFanIn, type FanInOptions } from "./fan-in.js";
 import { BUS_OWN_TEXTS, BUS_TEXTS, busFailure, BusPermissionError, BusRefusedError, BusResourceMissingError, LegacyStateOwnershipError, MigrationRefusedError } from "./errors.js";
-import { publishFirst, PublishPreference, readPage, type Published, type ReadOptions, type ReadPage } from "./events.js";
+import { publishFirst, PublishPreference, readPage, type Published, type PublishParams, type ReadEventsParams, type ReadOptions, type ReadPage } from "./events.js";
 import { migrateDead, migrateQueue, migrateState, prepareMarkSubject, type MigrateDeadParams, type MigrateQueueParams, type MigrateStateParams, type MigrationContext, type MigrationResult } from "./migration.js";
 import { refuseWhilePending } from "./migration-mark.js";
 import { queueMarkSubject, stateMarkSubject } from "./names.js";
@@ -92,6 +92,14 @@ interface BusCore {
   readonly preference: PublishPreference;
 }
 
+/** A swarm to provision, and what its streams say about themselves. */
+export interface ProvisionSwarmParams {
+  /** The swarm to provision (a swarm name: swarm-names.ts). */
+  readonly swarm: string;
+  /** The description written on each stream that is created; default none. */
+  readonly description?: string;
+}
+
 /** What the hub provisioned for a swarm. */
 export interface ProvisionedSwarm {
   readonly swarm: string;
@@ -147,19 +155,20 @@ export class Bus {
   }
 
   /** Publishes an event (or a dead letter, on `dead.<swarm>`); scoped: the subject names the swarm. */
-  publish(subject: string, event: BusEvent, options: DeadLetterOptions = {}): Promise<Published> {
-    return publish(this.#core, undefined, subject, event, options);
+  publish(params: PublishParams): Promise<Published> {
+    return publish(this.#core, undefined, params.subject, params.event, params);
   }
 
   /** A page of stored events matching `pattern` (scoped: a pattern naming one swarm). */
-  readEvents(pattern: string, options: ReadOptions = {}): Promise<ReadPage> {
-    return readEvents(this.#core, undefined, pattern, options);
+  readEvents(params: ReadEventsParams): Promise<ReadPage> {
+    return readEvents(this.#core, undefined, params.pattern, params);
   }
 
   /** Dead-letters an event of the swarm its `swarm` field names. */
-  deadLetter(event: BusEvent, options: DeadLetterOptions = {}): Promise<Published> {
+  deadLetter(params: DeadLetterParams): Promise<Published> {
+    const { event } = params;
     if (typeof event?.swarm !== "string") throw new BusRefusedError(BUS_OWN_TEXTS.deadLetterNeedsSwarm);
-    return publish(this.#core, undefined, deadLetterName(event.swarm), event, options);
+    return publish(this.#core, undefined, deadLetterName(event.swarm), event, params);
   }
 
   /** Scoped: refused (`select a swarm before opening scoped state`). Unscoped: the legacy `KV_<bucket>`. */
@@ -176,7 +185,8 @@ export class Bus {
    * created: the call creates everything else, then fails with `legacy
    * state requires explicit key ownership`.
    */
-  async provisionSwarm(swarm: string, options: { description?: string } = {}): Promise<ProvisionedSwarm> {
+  async provisionSwarm(params: ProvisionSwarmParams): Promise<ProvisionedSwarm> {
+    const { swarm, description } = params;
     if (!this.provisioning) throw new BusPermissionError("provisioning a swarm's streams needs a bus that is not in bind mode");
     if (!this.scoped) throw new BusRefusedError("provisioning a swarm's streams needs a scoped bus");
     this.forSwarm(swarm);
@@ -186,7 +196,7 @@ export class Bus {
     const blocked: string[] = [];
     for (const stream of swarmStreams(swarm)) {
       try {
-        const name = await streams.swarmStream(stream, options.description === undefined ? {} : { description: options.description });
+        const name = await streams.swarmStream(stream, description === undefined ? {} : { description });
         if (stream.kind === "queue") await streams.laneConsumer(name, swarm, stream.lane!);
         await prepareMarkSubject(streams, name, stream);
         out.push({ kind: stream.kind, ...(stream.lane ? { lane: stream.lane } : {}), ...(stream.bucket ? { bucket: stream.bucket } : {}), name });
@@ -277,18 +287,18 @@ export class SwarmBus {
   }
 
   /** Publishes an event of this swarm (or a dead letter, on `dead.<swarm>`). */
-  publish(subject: string, event: BusEvent, options: DeadLetterOptions = {}): Promise<Published> {
-    return publish(this.#core, this.swarm, subject, event, options);
+  publish(params: PublishParams): Promise<Published> {
+    return publish(this.#core, this.swarm, params.subject, params.event, params);
   }
 
   /** A page of this swarm's stored events matching `pattern` (such as `swarm.*.execution.>`). */
-  readEvents(pattern: string, options: ReadOptions = {}): Promise<ReadPage> {
-    return readEvents(this.#core, this.swarm, pattern, options);
+  readEvents(params: ReadEventsParams): Promise<ReadPage> {
+    return readEvents(this.#core, this.swarm, params.pattern, params);
   }
 
   /** Dead-letters an event of this swarm. */
-  deadLetter(event: BusEvent, options: DeadLetterOptions = {}): Promise<Published> {
-    return publish(this.#core, this.swarm, deadLetterName(this.swarm), event, options);
+  deadLetter(params: DeadLetterParams): Promise<Published> {
+    return publish(this.#core, this.swarm, deadLetterName(this.swarm), params.event, params);
   }
 
   /** A page of this swarm's dead letters. */

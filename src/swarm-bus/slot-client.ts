@@ -40,6 +40,26 @@ export interface TakeSlotOptions {
   readonly holder?: string;
 }
 
+/** A renewal of a slot's lease. */
+export interface RenewSlotParams {
+  /** The slot id the take answered (`<account>.<index>.<generation>`, such as `claude-a.0.3`). */
+  readonly slotId: string;
+  /** The new lease from now, 1 to 3,600 seconds; default 300. */
+  readonly leaseSeconds?: number;
+}
+
+/** A raw slot request (tests, diagnostics). */
+export interface RequestSlotRawParams {
+  /** The member's own connection (its inbox prefix `_INBOX.<hive>`). */
+  readonly nc: NatsConnection;
+  /** The request subject, normally `slots.<swarm>.<hive>`; the NATS server refuses one the credential does not grant. */
+  readonly subject: string;
+  /** The request body as sent, valid or not (the hub answers `slot_invalid` to a body it cannot parse, or one over its size limit). */
+  readonly body: Uint8Array;
+  /** How long the request waits for the hub, in milliseconds; default 10 000. */
+  readonly timeoutMs?: number;
+}
+
 export class SlotClient {
   readonly #nc: NatsConnection;
   readonly #o: SlotClientOptions;
@@ -67,12 +87,12 @@ export class SlotClient {
   }
 
   /** Extends the lease of a slot this hive holds; `slot_lost` once it ended. */
-  async renew(slotId: string, options: { leaseSeconds?: number } = {}): Promise<AccountSlot> {
+  async renew(params: RenewSlotParams): Promise<AccountSlot> {
     const answer = await this.#request({
       op: "renew",
       hive: this.#o.hive,
-      slot: slotId,
-      ...(options.leaseSeconds === undefined ? {} : { lease_seconds: options.leaseSeconds }),
+      slot: params.slotId,
+      ...(params.leaseSeconds === undefined ? {} : { lease_seconds: params.leaseSeconds }),
     });
     return (answer as SlotHeldAnswer).slot;
   }
@@ -115,7 +135,8 @@ export class SlotClient {
 }
 
 /** Sends a raw request body on `slots.<swarm>.<hive>` and returns the hub's answer as is (tests, diagnostics). */
-export async function requestSlotRaw(nc: NatsConnection, subject: string, body: Uint8Array, timeoutMs = 10_000): Promise<SlotAnswer> {
+export async function requestSlotRaw(params: RequestSlotRawParams): Promise<SlotAnswer> {
+  const { nc, subject, body, timeoutMs = 10_000 } = params;
   const reply = await nc.request(subject, body, { timeout: timeoutMs });
   return decodeSlotAnswer(reply.data);
 }

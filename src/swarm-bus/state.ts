@@ -40,8 +40,44 @@ export interface StateEntry {
 }
 
 export interface PutOptions {
-  /** Write only if the key's last revision is this one; 0: only if the key has no revision. */
+  /**
+   * Write only if the key's last revision is this one; 0: only if the key
+   * has no revision. A non-negative integer; absent: write whatever the
+   * key's last revision is.
+   */
   readonly expectedRevision?: number;
+}
+
+/** A write of one key. */
+export interface PutParams extends PutOptions {
+  /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
+  readonly key: string;
+  /** The value: bytes, or text written as UTF-8. */
+  readonly value: Uint8Array | string;
+}
+
+/** A write of a key that has no value yet. */
+export interface CreateParams {
+  /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
+  readonly key: string;
+  /** The value: bytes, or text written as UTF-8. */
+  readonly value: Uint8Array | string;
+}
+
+/** A write of a key at a known revision. */
+export interface UpdateParams {
+  /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
+  readonly key: string;
+  /** The value: bytes, or text written as UTF-8. */
+  readonly value: Uint8Array | string;
+  /** Write only if the key's last revision is this one (a non-negative integer; 0: only if the key has no revision). */
+  readonly revision: number;
+}
+
+/** A delete of one key. */
+export interface DeleteParams extends PutOptions {
+  /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
+  readonly key: string;
 }
 
 /** Whether `key` is a valid state key (JetStream KV rules: letters, digits, `-_=/`, inner dots). */
@@ -104,23 +140,24 @@ export class StateBucket {
   }
 
   /** Writes a value; returns its revision. Throws {@link StateRevisionConflictError} when an expected revision does not hold. */
-  async put(key: string, value: Uint8Array | string, options: PutOptions = {}): Promise<number> {
-    return this.#write(key, typeof value === "string" ? Buffer.from(value, "utf8") : value, undefined, options);
+  async put(params: PutParams): Promise<number> {
+    const { key, value } = params;
+    return this.#write(key, typeof value === "string" ? Buffer.from(value, "utf8") : value, undefined, params);
   }
 
   /** Writes a value only if the key has none. */
-  create(key: string, value: Uint8Array | string): Promise<number> {
-    return this.put(key, value, { expectedRevision: 0 });
+  create(params: CreateParams): Promise<number> {
+    return this.put({ key: params.key, value: params.value, expectedRevision: 0 });
   }
 
   /** Writes a value only if the key is at `revision`. */
-  update(key: string, value: Uint8Array | string, revision: number): Promise<number> {
-    return this.put(key, value, { expectedRevision: revision });
+  update(params: UpdateParams): Promise<number> {
+    return this.put({ key: params.key, value: params.value, expectedRevision: params.revision });
   }
 
   /** Deletes the key (a revision with `KV-Operation: DEL`); returns its revision. */
-  delete(key: string, options: PutOptions = {}): Promise<number> {
-    return this.#write(key, new Uint8Array(0), "DEL", options);
+  delete(params: DeleteParams): Promise<number> {
+    return this.#write(params.key, new Uint8Array(0), "DEL", params);
   }
 
   async #write(key: string, data: Uint8Array, operation: "DEL" | undefined, options: PutOptions): Promise<number> {

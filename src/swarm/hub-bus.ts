@@ -331,7 +331,7 @@ export class HubBus implements HubMigrator, HubProvisioner {
 
   async #provision(swarm: string, eventOnly: boolean): Promise<void> {
     try {
-      const provisioned = await this.#bus.provisionSwarm(swarm, eventOnly ? { description: EVENT_ONLY_STREAM_DESCRIPTION } : {});
+      const provisioned = await this.#bus.provisionSwarm({ swarm, ...(eventOnly ? { description: EVENT_ONLY_STREAM_DESCRIPTION } : {}) });
       this.#o.log.info("swarm streams provisioned", { swarm, streams: provisioned.streams.length });
     } catch (error) {
       // Everything else was created; the legacy bucket keeps serving until its keys are migrated.

@@ -31,7 +31,7 @@ describe("queue", () => {
   ])("killed %s: the repeat moves every item exactly once", async (_name, pauseAt, swarm, heldAttempt) => {
     const name = `swarm.${swarm}.ready.eng`;
     const queue = await harness.legacy.queue(name);
-    for (let i = 0; i < 600; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => queue.offer({ swarm, job: i + j })));
+    for (let i = 0; i < 600; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => queue.offer({ event: { swarm, job: i + j } })));
     const paused = await harness.killDuring({ case: "queue", value: { swarm, name } }, pauseAt);
     expect(paused).toEqual({ point: pauseAt.split(":")[0], id: "queue:257" });
     expect(await harness.markOf(queueStream(swarm, "eng").name, queueMarkSubject(swarm, "eng"))).toBe("pending");
@@ -45,7 +45,7 @@ describe("queue", () => {
     const scoped = await member.bus.forSwarm(swarm).queue(name);
     const items: WorkItem[] = [];
     for (;;) {
-      const batch = await scoped.takeBatch(256, { maxWaitMs: 1_000 });
+      const batch = await scoped.takeBatch({ max: 256, maxWaitMs: 1_000 });
       if (batch.length === 0) break;
       await Promise.all(batch.map((item) => item.ack()));
       items.push(...batch);

@@ -122,15 +122,15 @@ describe("scoped and provisioning", () => {
   test("MigrateQueue moves every undelivered item keeping its attempts; a repeat is a no-op; foreign work and foreign names are refused", async () => {
     const name = "swarm.rig.ready.eng";
     const queue = await legacy.queue(name);
-    for (let i = 0; i < 5; i++) await queue.offer({ swarm: "rig", job: i });
+    for (let i = 0; i < 5; i++) await queue.offer({ event: { swarm: "rig", job: i } });
     // One item was delivered once and handed back: its next delivery is its second attempt.
-    const [taken] = await queue.takeBatch(1, { maxWaitMs: 2_000 });
+    const [taken] = await queue.takeBatch({ max: 1, maxWaitMs: 2_000 });
     await taken!.nak();
     const moved = await hub.migrateQueue({ swarm: "rig", name });
     expect(moved.progress).toMatchObject({ copied: 5n, total: 5n, complete: true, outcome: MigrationOutcome.MOVED, targetStream: queueStream("rig", "eng").name });
     const member = await hive.memberBus("hive-q", ["rig"]);
     const scoped = await member.bus.forSwarm("rig").queue(name);
-    const items = await scoped.takeBatch(10, { maxWaitMs: 2_000 });
+    const items = await scoped.takeBatch({ max: 10, maxWaitMs: 2_000 });
     await Promise.all(items.map((item) => item.ack()));
     expect(items.map((item) => item.event?.job).sort()).toEqual([0, 1, 2, 3, 4]);
     expect(items.find((item) => item.event?.job === taken!.event?.job)!.attempt).toBe(2);
@@ -138,8 +138,8 @@ describe("scoped and provisioning", () => {
     expect((await hub.migrateQueue({ swarm: "rig", name })).progress).toMatchObject({ copied: 0n, outcome: MigrationOutcome.ALREADY_COMPLETE });
 
     const foreignQueue = await legacy.queue("swarm.mixed.ready.ci");
-    await foreignQueue.offer({ swarm: "mixed", job: 1 });
-    await foreignQueue.offer({ swarm: "other", job: 2 });
+    await foreignQueue.offer({ event: { swarm: "mixed", job: 1 } });
+    await foreignQueue.offer({ event: { swarm: "other", job: 2 } });
     const foreign = await failure(() => hub.migrateQueue({ swarm: "mixed", name: "swarm.mixed.ready.ci" }));
     expect(foreign.code).toBe(Code.Aborted);
     expect(foreign.rawMessage).toBe("legacy queue changed or contains work for another swarm");
@@ -166,7 +166,7 @@ describe("scoped and provisioning", () => {
   test("Migrate streams progress and ends with the outcome", async () => {
     const name = "swarm.bulk.ready.plan";
     const queue = await legacy.queue(name);
-    for (let i = 0; i < 600; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => queue.offer({ swarm: "bulk", job: i + j })));
+    for (let i = 0; i < 600; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => queue.offer({ event: { swarm: "bulk", job: i + j } })));
     const messages = [];
     for await (const message of hub.migrate({ migration: { case: "queue", value: { swarm: "bulk", name } } })) messages.push(message.progress!);
     const last = messages.at(-1)!;
@@ -181,7 +181,7 @@ describe("scoped and provisioning", () => {
   test("laneway hive migrate shows progress on stderr and the result on stdout", async () => {
     const name = "swarm.cli.ready.eng";
     const queue = await legacy.queue(name);
-    for (let i = 0; i < 300; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => queue.offer({ swarm: "cli", job: i + j })));
+    for (let i = 0; i < 300; i += 50) await Promise.all(Array.from({ length: 50 }, (_, j) => queue.offer({ event: { swarm: "cli", job: i + j } })));
     const run = async (args: string[]) => {
       let stdout = "";
       let stderr = "";

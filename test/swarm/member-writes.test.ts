@@ -66,8 +66,8 @@ describe("migration marks only the hub can write", () => {
   test("a member forging its swarm's queue mark in both directions is refused by the server, and its binds follow the hub's mark", async () => {
     // Legacy work of swarm mig, one item still held by a legacy consumer: the hub's migration stays pending.
     const queue = await legacy.queue("swarm.mig.ready.eng");
-    await queue.offer({ swarm: "mig", job: 1 });
-    await queue.offer({ swarm: "mig", job: 2 });
+    await queue.offer({ event: { swarm: "mig", job: 1 } });
+    await queue.offer({ event: { swarm: "mig", job: 2 } });
     const held = (await queue.take())!;
     await expect(hub().migrateQueue({ swarm: "mig", name: "swarm.mig.ready.eng" })).rejects.toThrow("legacy queue still has undelivered work");
     const { jsm: adminJsm } = await hive.admin();
@@ -96,7 +96,7 @@ describe("migration marks only the hub can write", () => {
     }
     expect((await readMark(adminJsm, target, queueMarkSubject("mig", "eng")))!.mark.status).toBe("complete");
     const work = await bus.forSwarm("mig").queue("swarm.mig.ready.eng");
-    const items: WorkItem[] = await work.takeBatch(10, { maxWaitMs: 1_000 });
+    const items: WorkItem[] = await work.takeBatch({ max: 10, maxWaitMs: 1_000 });
     expect(items.map((item) => item.event?.job).sort()).toEqual([1, 2]);
     for (const item of items) await item.ack();
     const other = await join_("hive-mig-2", ["mig"]);
@@ -110,7 +110,7 @@ describe("a scoped member and the legacy streams of its swarm", () => {
   beforeAll(async () => {
     // The legacy resources exist: the events and dead-letter streams (the hub keeps them), a legacy ready queue, a legacy KV store.
     await legacy.queue("swarm.rig.ready.eng");
-    await legacy.deadLetter({ swarm: "other", id: "keeps-the-stream" });
+    await legacy.deadLetter({ event: { swarm: "other", id: "keeps-the-stream" } });
     const { nc } = await hive.admin();
     await new Kvm(nc).create("hive-presence", { history: 64 });
     member = await join_("hive-rig", ["rig"]);
@@ -152,21 +152,21 @@ describe("a scoped member and the legacy streams of its swarm", () => {
   test("round-trips its own queue, events, dead letters and state with the same credential", async () => {
     const rig = (await member.bus()).forSwarm("rig");
     const queue = await rig.queue("swarm.rig.ready.eng");
-    await queue.offer({ swarm: "rig", job: "own" });
+    await queue.offer({ event: { swarm: "rig", job: "own" } });
     const item = (await queue.take())!;
     expect(item.event).toEqual({ swarm: "rig", job: "own" });
     await item.ack();
 
-    const published = await rig.publish("swarm.rig.execution.started", { swarm: "rig", execution: "scoped-1" });
+    const published = await rig.publish({ subject: "swarm.rig.execution.started", event: { swarm: "rig", execution: "scoped-1" } });
     expect(published.subject).toBe("swarm.rig.events.execution.started");
-    const read = await rig.readEvents("swarm.*.execution.>");
+    const read = await rig.readEvents({ pattern: "swarm.*.execution.>" });
     expect(read.messages.map((m) => m.event?.execution)).toContain("scoped-1");
 
-    await rig.deadLetter({ swarm: "rig", id: "own-letter" });
+    await rig.deadLetter({ event: { swarm: "rig", id: "own-letter" } });
     expect((await rig.readDeadLetters()).messages.map((m) => m.event?.id)).toContain("own-letter");
 
     const state = await rig.state("hive-presence");
-    const revision = await state.put("member-1", "here");
+    const revision = await state.put({ key: "member-1", value: "here" });
     expect((await state.get("member-1"))!.revision).toBe(revision);
 
     // A raw publish on its own scoped subjects is stored in its own streams.

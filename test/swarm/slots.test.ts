@@ -78,7 +78,7 @@ test("a member takes, renews, lists and returns a slot of its own hive", async (
   expect(slot).toMatchObject({ id: "alpha.0.1", account: "alpha", index: 0, generation: 1, hive: "hive-a", swarm: "rig", holder: "worker-1" });
   expect(Date.parse(slot.expiresAt)).toBeGreaterThan(Date.parse(slot.takenAt));
 
-  const renewed = await a.renew(slot.id, { leaseSeconds: 600 });
+  const renewed = await a.renew({ slotId: slot.id, leaseSeconds: 600 });
   expect(renewed.id).toBe(slot.id);
   expect(Date.parse(renewed.expiresAt)).toBeGreaterThan(Date.parse(slot.expiresAt));
   expect((await a.list()).map((s) => s.id)).toEqual([slot.id]);
@@ -86,7 +86,7 @@ test("a member takes, renews, lists and returns a slot of its own hive", async (
   expect(await a.return(slot.id)).toBe(true);
   // Returning again changes nothing; a returned tenure cannot be renewed.
   expect(await a.return(slot.id)).toBe(false);
-  expect((await refusal(a.renew(slot.id))).reason).toBe("slot_lost");
+  expect((await refusal(a.renew({ slotId: slot.id }))).reason).toBe("slot_lost");
   expect(await a.list()).toEqual([]);
 
   // The freed slot is the next one taken, as a new tenure.
@@ -122,7 +122,7 @@ test("an expired slot is reclaimable: the next take gets it as a new tenure, and
 
   const reclaimed = await waitFor(() => b.take({ account: "beta", leaseSeconds: 60 }).catch(() => undefined), { what: "the expired beta slot to be taken again" });
   expect(reclaimed).toMatchObject({ id: "beta.0.2", hive: "hive-b", generation: 2 });
-  expect((await refusal(a.renew(short.id))).reason).toBe("slot_lost");
+  expect((await refusal(a.renew({ slotId: short.id }))).reason).toBe("slot_lost");
   expect(await a.return(short.id)).toBe(false);
   expect((await b.list()).map((s) => s.id)).toEqual(["beta.0.2"]);
   expect(await b.return(reclaimed.id)).toBe(true);
@@ -132,7 +132,7 @@ test("a renewal after the lease ended is refused: slot_lost", async () => {
   const c = slots("hive-c");
   const short = await c.take({ account: "beta", leaseSeconds: 1 });
   await waitFor(async () => (await c.list()).length === 0, { what: "the lease to end" });
-  const lost = await refusal(c.renew(short.id));
+  const lost = await refusal(c.renew({ slotId: short.id }));
   expect(lost.reason).toBe("slot_lost");
   expect(lost.message).toBe("the lease of slot beta.0.3 ended; take a slot again");
   // Returning the expired tenure nobody took again frees it.
@@ -204,7 +204,7 @@ test("a request whose body names another hive is refused and logged, without a s
   ];
   for (const [body, op] of cases) {
     const before = hive.laneway.logs.length;
-    const answer = await requestSlotRaw(nc, "slots.rig.hive-a", encodeSlotRequest(body));
+    const answer = await requestSlotRaw({ nc, subject: "slots.rig.hive-a", body: encodeSlotRequest(body) });
     expect(answer, JSON.stringify(body)).toMatchObject({
       ok: false,
       error: { reason: "slot_forbidden", message: "the request came from hive hive-a and names another hive; a hive takes, renews and returns only its own slots" },
@@ -257,7 +257,7 @@ test("malformed requests are refused with slot_invalid", async () => {
     [JSON.stringify({ op: "list", hive: "hive-a", extra: 1 }), 'a list request has no field "extra"'],
   ];
   for (const [body, message] of cases) {
-    const answer = await requestSlotRaw(nc, "slots.rig.hive-a", new TextEncoder().encode(body));
+    const answer = await requestSlotRaw({ nc, subject: "slots.rig.hive-a", body: new TextEncoder().encode(body) });
     expect(answer, body).toMatchObject({ ok: false, error: { reason: "slot_invalid", message } });
   }
 });

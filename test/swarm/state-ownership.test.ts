@@ -108,7 +108,7 @@ test("hive migrate state --no-legacy-keys gives the swarm its state stream, reco
   expect(JSON.parse(owned.stdout)).toMatchObject({ complete: true, outcome: "MIGRATION_OUTCOME_OWNED", targetStream: stateStream("fresh", "spoke-work").name, sourceStream: "KV_spoke-work" });
 
   const state = await (await member.bus()).forSwarm("fresh").state("spoke-work");
-  const revision = await state.create("fresh-claim", "mine");
+  const revision = await state.create({ key: "fresh-claim", value: "mine" });
   expect((await state.get("fresh-claim"))!.revision).toBe(revision);
   const { nc } = await hive.admin();
   const kv = await new Kvm(nc).open("spoke-work");

@@ -40,7 +40,7 @@ test("a pending mark an earlier version left is adopted at provisioning: members
   const target = await earlierQueueStream("up");
   const { js, jsm } = await hive.admin();
   await js.publish("swarm.up.queue.eng.$migration", JSON.stringify({ version: 1, kind: "queue", status: "pending", source: legacyQueueStreamName("swarm.up.ready.eng"), consumer: "eng", startSeq: 0 }));
-  await hub.provisionSwarm("up");
+  await hub.provisionSwarm({ swarm: "up" });
   expect((await jsm.streams.info(target)).config.subjects).toContain(queueMarkSubject("up", "eng"));
   expect((await readMark(jsm, target, queueMarkSubject("up", "eng")))!.mark.status).toBe("pending");
   const member = await hive.memberBus("hive-up", ["up"]);
@@ -56,7 +56,7 @@ test("an old mark that names another source is not adopted, and members are not 
   await js.publish("swarm.forged.queue.eng.$migration", JSON.stringify({ version: 1, kind: "queue", status: "pending", source: "KV_spoke-work" }));
   await jsm.streams.add({ name: deadStream("forged").name, subjects: [...deadStream("forged").subjects] });
   await js.publish("swarm.forged.dead.$migration", "not a mark");
-  await hub.provisionSwarm("forged");
+  await hub.provisionSwarm({ swarm: "forged" });
   expect(await readMark(jsm, target, queueMarkSubject("forged", "eng"))).toBeUndefined();
   expect((await jsm.streams.info(deadStream("forged").name)).config.subjects).toContain("laneway.migration.forged.dead");
   const member = await hive.memberBus("hive-forged", ["forged"]);

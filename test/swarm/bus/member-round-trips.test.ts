@@ -34,7 +34,7 @@ let rig: SwarmBus;
 beforeAll(async () => {
   hive = await startBusHive();
   hub = await hive.hubBus();
-  await hub.provisionSwarm("rig");
+  await hub.provisionSwarm({ swarm: "rig" });
   member = await hive.memberBus("hive-rig", ["rig"]);
   rig = member.bus.forSwarm("rig");
 }, 60_000);
@@ -48,8 +48,8 @@ describe("a scoped member in bind mode, with only its minted grant", () => {
     const queue = await rig.queue("swarm.rig.ready.eng");
     expect(queue.stream).toBe(queueStream("rig", "eng").name);
     expect(queue.consumerName).toBe("eng");
-    const offered = await queue.offer({ swarm: "rig", job: 1 });
-    await queue.offer({ swarm: "rig", job: 2 });
+    const offered = await queue.offer({ event: { swarm: "rig", job: 1 } });
+    await queue.offer({ event: { swarm: "rig", job: 2 } });
 
     const first = (await queue.take())!;
     expect(first.seq).toBe(offered.seq);
@@ -72,15 +72,15 @@ describe("a scoped member in bind mode, with only its minted grant", () => {
   test("takes batches from each of its lanes", async () => {
     for (const lane of ["ci", "plan"] as const) {
       const queue = await rig.queue(`swarm.rig.ready.${lane}`);
-      for (let i = 0; i < 5; i++) await queue.offer({ swarm: "rig", lane, i });
-      const items = await queue.takeBatch(5, { maxWaitMs: 2_000 });
+      for (let i = 0; i < 5; i++) await queue.offer({ event: { swarm: "rig", lane, i } });
+      const items = await queue.takeBatch({ max: 5, maxWaitMs: 2_000 });
       expect(items.map((item) => item.event?.i)).toEqual([0, 1, 2, 3, 4]);
       await Promise.all(items.map((item) => item.ack()));
     }
   });
 
   test("dead-letters an event and reads it back", async () => {
-    const published = await rig.deadLetter({ swarm: "rig", id: "e-1" }, { reason: "handler failed" });
+    const published = await rig.deadLetter({ event: { swarm: "rig", id: "e-1" }, reason: "handler failed" });
     expect(published.stream).toBe(deadStream("rig").name);
     expect(published.subject).toBe("swarm.rig.dead.event");
     const page = await rig.readDeadLetters();
@@ -91,53 +91,53 @@ describe("a scoped member in bind mode, with only its minted grant", () => {
   test("puts and gets state with per-key revisions, 64 kept, read by message get", async () => {
     const state = await rig.state("spoke-work");
     expect(state.stream).toBe(stateStream("rig", "spoke-work").name);
-    const r1 = await state.create("claim-1", "v1");
-    const r2 = await state.update("claim-1", "v2", r1);
+    const r1 = await state.create({ key: "claim-1", value: "v1" });
+    const r2 = await state.update({ key: "claim-1", value: "v2", revision: r1 });
     expect(r2).toBeGreaterThan(r1);
     const entry = (await state.get("claim-1"))!;
     expect([entry.string(), entry.revision]).toEqual(["v2", r2]);
-    const stale = await refusal(state.update("claim-1", "v3", r1));
+    const stale = await refusal(state.update({ key: "claim-1", value: "v3", revision: r1 }));
     expect(stale).toBeInstanceOf(StateRevisionConflictError);
-    expect(await refusal(state.create("claim-1", "again"))).toBeInstanceOf(StateRevisionConflictError);
+    expect(await refusal(state.create({ key: "claim-1", value: "again" }))).toBeInstanceOf(StateRevisionConflictError);
 
-    for (let i = 0; i < 70; i++) await state.put("claim-2", `rev-${i}`);
+    for (let i = 0; i < 70; i++) await state.put({ key: "claim-2", value: `rev-${i}` });
     const history = await state.history("claim-2");
     expect(history).toHaveLength(STATE_REVISIONS_PER_KEY);
     expect(history[0]!.string()).toBe("rev-6");
     expect(history.at(-1)!.string()).toBe("rev-69");
 
-    await state.delete("claim-1");
+    await state.delete({ key: "claim-1" });
     expect(await state.get("claim-1")).toBeUndefined();
     expect((await state.entry("claim-1"))!.operation).toBe("DEL");
     expect(await state.get("never-written")).toBeUndefined();
   });
 
   test("publishes events under its logical subjects and reads them back", async () => {
-    const started = await rig.publish("swarm.rig.execution.started", { swarm: "rig", execution: "x-1" });
+    const started = await rig.publish({ subject: "swarm.rig.execution.started", event: { swarm: "rig", execution: "x-1" } });
     expect(started.stream).toBe(eventsStream("rig").name);
     expect(started.subject).toBe("swarm.rig.events.execution.started");
-    await rig.publish("swarm.rig.execution.finished", { swarm: "rig", execution: "x-1" });
-    const page = await rig.readEvents("swarm.*.execution.>");
+    await rig.publish({ subject: "swarm.rig.execution.finished", event: { swarm: "rig", execution: "x-1" } });
+    const page = await rig.readEvents({ pattern: "swarm.*.execution.>" });
     expect(page.messages.map((m) => [m.subject, m.event?.execution])).toEqual([
       ["swarm.rig.execution.started", "x-1"],
       ["swarm.rig.execution.finished", "x-1"],
     ]);
-    const onlyStarted = await rig.readEvents("swarm.rig.execution.started");
+    const onlyStarted = await rig.readEvents({ pattern: "swarm.rig.execution.started" });
     expect(onlyStarted.messages).toHaveLength(1);
-    const next = await rig.readEvents("swarm.*.execution.>", { fromSeq: page.nextSeq });
+    const next = await rig.readEvents({ pattern: "swarm.*.execution.>", fromSeq: page.nextSeq });
     expect(next.messages).toEqual([]);
   });
 
   test("the root bus of a member serves the lane queue named in full, and its views", async () => {
     const queue = await member.bus.queue("swarm.rig.ready.plan");
-    await queue.offer({ swarm: "rig", via: "root" });
+    await queue.offer({ event: { swarm: "rig", via: "root" } });
     const item = (await rig.queue("swarm.rig.ready.plan").then((q) => q.take()))!;
     expect(item.event).toEqual({ swarm: "rig", via: "root" });
     await item.ack();
   });
 
   test("the server itself refuses the same member on another swarm's resources", async () => {
-    await hub.provisionSwarm("other");
+    await hub.provisionSwarm({ swarm: "other" });
     const nc = await member.raw();
     const { jetstream } = await import("@nats-io/jetstream");
     const js = jetstream(nc, { timeout: 5_000 });
@@ -161,31 +161,31 @@ describe("a legacy (unscoped) bus beside a scoped one on the same server", () =>
     await jsm.streams.add({ name: GLOBAL_STREAMS.legacyEvents, subjects: ["swarm.*.execution.>"] });
     await jsm.streams.add({ name: GLOBAL_STREAMS.legacyDead, subjects: ["dead.>"] });
     // The hub at start: the legacy events stream now also holds legacy.swarm.>.
-    await legacyHub.readEvents("swarm.*.execution.>");
+    await legacyHub.readEvents({ pattern: "swarm.*.execution.>" });
     expect((await jsm.streams.info(GLOBAL_STREAMS.legacyEvents)).config.subjects).toEqual(["swarm.*.execution.>", "legacy.swarm.>"]);
     await legacyHub.state("spoke-pending");
 
     const legacy = await hive.memberBus("hive-legacy", "unscoped");
-    const published = await legacy.bus.publish("swarm.rig.execution.started", { swarm: "rig", execution: "old-1" });
+    const published = await legacy.bus.publish({ subject: "swarm.rig.execution.started", event: { swarm: "rig", execution: "old-1" } });
     expect([published.stream, published.subject]).toEqual([GLOBAL_STREAMS.legacyEvents, "legacy.swarm.rig.execution.started"]);
-    const dead = await legacy.bus.deadLetter({ swarm: "rig", id: "old" });
+    const dead = await legacy.bus.deadLetter({ event: { swarm: "rig", id: "old" } });
     expect([dead.stream, dead.subject]).toEqual([GLOBAL_STREAMS.legacyDead, "dead.rig"]);
     const legacyState = await legacy.bus.state("spoke-pending");
     expect(legacyState.stream).toBe("KV_spoke-pending");
-    const revision = await legacyState.put("claim-9", "legacy");
+    const revision = await legacyState.put({ key: "claim-9", value: "legacy" });
     expect((await legacyState.get("claim-9"))!.revision).toBe(revision);
 
     // The scoped member at the same time, on its own streams.
     const queue = await rig.queue("swarm.rig.ready.eng");
-    await queue.offer({ swarm: "rig", job: "beside" });
+    await queue.offer({ event: { swarm: "rig", job: "beside" } });
     const item = (await queue.take())!;
     expect(item.event).toEqual({ swarm: "rig", job: "beside" });
     await item.ack();
-    const scopedEvents = await rig.readEvents("swarm.*.execution.>");
+    const scopedEvents = await rig.readEvents({ pattern: "swarm.*.execution.>" });
     expect(scopedEvents.messages.map((m) => m.event?.execution)).not.toContain("old-1");
 
     // The hub reads both legacy subjects back as the logical one.
-    const legacyEvents = await legacyHub.readEvents("swarm.*.execution.>");
+    const legacyEvents = await legacyHub.readEvents({ pattern: "swarm.*.execution.>" });
     expect(legacyEvents.messages.map((m) => [m.subject, m.storedSubject])).toEqual([["swarm.rig.execution.started", "legacy.swarm.rig.execution.started"]]);
     expect((await legacyHub.forSwarm("rig").readDeadLetters()).messages.map((m) => m.event)).toEqual([{ swarm: "rig", id: "old" }]);
     // And the kv is a real JetStream KV bucket.
@@ -203,7 +203,7 @@ describe("legacy names stay selected while present", () => {
     await js.publish("swarm.legacy-names.queue.eng.work", JSON.stringify({ swarm: "legacy-names", n: 1 }));
     const hubView = hub.forSwarm("legacy-names");
     expect((await hubView.queue("swarm.legacy-names.ready.eng")).stream).toBe(q.legacyName);
-    expect((await hubView.publish("swarm.legacy-names.execution.started", { swarm: "legacy-names" })).stream).toBe(eventsStream("legacy-names").name);
+    expect((await hubView.publish({ subject: "swarm.legacy-names.execution.started", event: { swarm: "legacy-names" } })).stream).toBe(eventsStream("legacy-names").name);
     await expect(jsm.streams.info(q.name)).rejects.toThrow();
 
     const m = await hive.memberBus("hive-legacy-names", ["legacy-names"]);
@@ -218,16 +218,16 @@ describe("legacy names stay selected while present", () => {
     const fresh = await startBusHive();
     try {
       const legacyHub = await fresh.hubBus({ scoped: false });
-      const dead = await legacyHub.deadLetter({ swarm: "rig", id: 1 });
+      const dead = await legacyHub.deadLetter({ event: { swarm: "rig", id: 1 } });
       expect(dead.stream).toBe(GLOBAL_STREAMS.dead);
-      const events = await legacyHub.publish("swarm.rig.execution.started", { swarm: "rig" });
+      const events = await legacyHub.publish({ subject: "swarm.rig.execution.started", event: { swarm: "rig" } });
       expect(events.stream).toBe(GLOBAL_STREAMS.events);
     } finally {
       await fresh.stop();
     }
     // On the shared hive, the underscore streams exist and stay selected.
     const legacyHub = await hive.hubBus({ scoped: false });
-    expect((await legacyHub.deadLetter({ swarm: "demo", id: 2 })).stream).toBe(GLOBAL_STREAMS.legacyDead);
+    expect((await legacyHub.deadLetter({ event: { swarm: "demo", id: 2 } })).stream).toBe(GLOBAL_STREAMS.legacyDead);
   });
 });
 
@@ -241,7 +241,7 @@ describe("legacy state requires explicit key ownership", () => {
     expect(error.message).toBe(BUS_TEXTS.legacyStateOwnership);
     expect(error.message).toBe("legacy state requires explicit key ownership");
     // Provisioning creates everything else and reports the same refusal.
-    const provisioning = await refusal(hub.provisionSwarm("ownership"));
+    const provisioning = await refusal(hub.provisionSwarm({ swarm: "ownership" }));
     expect(provisioning.message).toBe("legacy state requires explicit key ownership");
     const { jsm } = await hive.admin();
     await expect(jsm.streams.info(stateStream("ownership", "hive-presence").name)).rejects.toThrow();

@@ -60,7 +60,7 @@ async function drainQueue(swarm: string): Promise<WorkItem[]> {
   const queue = await hub.forSwarm(swarm).queue(`swarm.${swarm}.ready.eng`);
   const all: WorkItem[] = [];
   for (;;) {
-    const items = await queue.takeBatch(256, { maxWaitMs: 1_000 });
+    const items = await queue.takeBatch({ max: 256, maxWaitMs: 1_000 });
     if (items.length === 0) return all;
     await Promise.all(items.map((item) => item.ack()));
     all.push(...items);
@@ -75,7 +75,7 @@ describe("migrateQueue, hub killed", () => {
     const swarm = pauseAt.includes("copy") ? "crash-q1" : "crash-q2";
     const name = `swarm.${swarm}.ready.eng`;
     const legacy = await legacyHub.queue(name);
-    for (let i = 0; i < 600; i++) await legacy.offer({ swarm, job: i });
+    for (let i = 0; i < 600; i++) await legacy.offer({ event: { swarm, job: i } });
     expect(await killHubAt({ kind: "queue", swarm, name, pauseAt })).toMatch(/^laneway-paused migration-after-(copy|take) queue:257$/);
     expect(await markOf(queueStream(swarm, "eng").name, queueMarkSubject(swarm, "eng"))).toBe("pending");
     const member = await hive.memberBus(`hive-${swarm}`, [swarm]);

@@ -83,7 +83,7 @@ describe("migrateState", () => {
     expect(history.every((e) => e.revision > highWater)).toBe(true);
     expect((await state.get("claim-2"))!.string()).toBe("x");
     // A member writes on: the revision continues from the copies.
-    const next = await state.update("claim-1", "d", history.at(-1)!.revision);
+    const next = await state.update({ key: "claim-1", value: "d", revision: history.at(-1)!.revision });
     expect(next).toBeGreaterThan(history.at(-1)!.revision);
 
     // The legacy bucket keeps only keys the swarm does not own.
@@ -156,7 +156,7 @@ describe("migrateState", () => {
   test("a target that already has live writes is refused", async () => {
     const live = hub.forSwarm("live");
     const state = await live.state("execution-starts");
-    await state.put("started-1", "live write");
+    await state.put({ key: "started-1", value: "live write" });
     const kv = await legacyBucket("execution-starts");
     await kv.put("started-0", "legacy");
     const error = await refusal(hub.migrateState({ swarm: "live", bucket: "execution-starts", keys: ["started-0"] }));
@@ -180,13 +180,13 @@ describe("migrateQueue", () => {
   test("moves every undelivered message, keeping each one's delivery attempt count; a repeat is a no-op", async () => {
     const legacy = await legacyQueue("swarm.rig.ready.eng");
     // Job 1 was tried twice before the migration (alone in the queue, so each take is its redelivery).
-    await legacy.offer({ swarm: "rig", job: 1 });
+    await legacy.offer({ event: { swarm: "rig", job: 1 } });
     for (let attempt = 1; attempt <= 2; attempt++) {
       const item = (await legacy.take())!;
       expect([item.event?.job, item.attempt]).toEqual([1, attempt]);
       item.nak();
     }
-    for (let i = 2; i <= 5; i++) await legacy.offer({ swarm: "rig", job: i });
+    for (let i = 2; i <= 5; i++) await legacy.offer({ event: { swarm: "rig", job: i } });
 
     const progress: string[] = [];
     const { jsm } = await hive.admin();
@@ -204,7 +204,7 @@ describe("migrateQueue", () => {
 
     const member = await hive.memberBus("hive-rig-q", ["rig"]);
     const queue = await member.bus.forSwarm("rig").queue("swarm.rig.ready.eng");
-    const items = await drain(queue.takeBatch(10, { maxWaitMs: 1_000 }));
+    const items = await drain(queue.takeBatch({ max: 10, maxWaitMs: 1_000 }));
     expect(items.map((item) => [item.event?.job, item.attempt]).sort()).toEqual([
       [1, 3],
       [2, 1],
@@ -223,9 +223,9 @@ describe("migrateQueue", () => {
 
   test("work for another swarm is refused; the member is refused until the migration completes", async () => {
     const legacy = await legacyQueue("swarm.rig.ready.ci");
-    await legacy.offer({ swarm: "rig", job: "a" });
-    await legacy.offer({ swarm: "other", job: "foreign" });
-    await legacy.offer({ swarm: "rig", job: "b" });
+    await legacy.offer({ event: { swarm: "rig", job: "a" } });
+    await legacy.offer({ event: { swarm: "other", job: "foreign" } });
+    await legacy.offer({ event: { swarm: "rig", job: "b" } });
     const error = await refusal(hub.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.ci" }));
     expect(error).toBeInstanceOf(MigrationRefusedError);
     expect(error.message).toBe("legacy queue changed or contains work for another swarm");
@@ -240,21 +240,21 @@ describe("migrateQueue", () => {
     expect(foreign.event).toEqual({ swarm: "other", job: "foreign" });
     await foreign.ack();
     expect(await hub.migrateQueue({ swarm: "rig", name: "swarm.rig.ready.ci" })).toMatchObject({ outcome: "moved", copied: 1, skipped: 0 });
-    const items = await drain((await member.bus.forSwarm("rig").queue("swarm.rig.ready.ci")).takeBatch(10, { maxWaitMs: 1_000 }));
+    const items = await drain((await member.bus.forSwarm("rig").queue("swarm.rig.ready.ci")).takeBatch({ max: 10, maxWaitMs: 1_000 }));
     expect(items.map((item) => item.event?.job)).toEqual(["a", "b"]);
   });
 
   test("new work past the start point is refused", async () => {
     const legacy = await legacyQueue("swarm.fresh.ready.plan");
-    await legacy.offer({ swarm: "fresh", job: 1 });
-    await legacy.offer({ swarm: "fresh", job: 2 });
+    await legacy.offer({ event: { swarm: "fresh", job: 1 } });
+    await legacy.offer({ event: { swarm: "fresh", job: 2 } });
     let offered = false;
     const error = await refusal(
       hub.migrateQueue({ swarm: "fresh", name: "swarm.fresh.ready.plan",
         onProgress: async () => {
           if (offered) return;
           offered = true;
-          await legacy.offer({ swarm: "fresh", job: "late" });
+          await legacy.offer({ event: { swarm: "fresh", job: "late" } });
         },
       }),
     );
@@ -268,8 +268,8 @@ describe("migrateQueue", () => {
 
   test("work still held by a consumer is refused until it is released", async () => {
     const legacy = await legacyQueue("swarm.held.ready.eng");
-    await legacy.offer({ swarm: "held", job: 1 });
-    await legacy.offer({ swarm: "held", job: 2 });
+    await legacy.offer({ event: { swarm: "held", job: 1 } });
+    await legacy.offer({ event: { swarm: "held", job: 2 } });
     const held = (await legacy.take())!;
     const error = await refusal(hub.migrateQueue({ swarm: "held", name: "swarm.held.ready.eng" }));
     expect(error).toBeInstanceOf(MigrationRefusedError);
@@ -279,24 +279,24 @@ describe("migrateQueue", () => {
 
     await held.ack();
     expect(await hub.migrateQueue({ swarm: "held", name: "swarm.held.ready.eng" })).toMatchObject({ outcome: "moved", copied: 0, skipped: 0 });
-    const items = await drain((await member.bus.forSwarm("held").queue("swarm.held.ready.eng")).takeBatch(10, { maxWaitMs: 1_000 }));
+    const items = await drain((await member.bus.forSwarm("held").queue("swarm.held.ready.eng")).takeBatch({ max: 10, maxWaitMs: 1_000 }));
     expect(items.map((item) => item.event?.job)).toEqual([2]);
   });
 
   test("an interrupted move resumes without copying twice", async () => {
     const legacy = await legacyQueue("swarm.resumed.ready.eng");
-    for (let i = 0; i < 8; i++) await legacy.offer({ swarm: "resumed", job: i });
+    for (let i = 0; i < 8; i++) await legacy.offer({ event: { swarm: "resumed", job: i } });
     await expect(hub.migrateQueue({ swarm: "resumed", name: "swarm.resumed.ready.eng", onProgress: interruptAfter(3) })).rejects.toBeInstanceOf(Interrupted);
     const result = await hub.migrateQueue({ swarm: "resumed", name: "swarm.resumed.ready.eng" });
     expect(result.outcome).toBe("moved");
     const member = await hive.memberBus("hive-resumed-q", ["resumed"]);
-    const items = await drain((await member.bus.forSwarm("resumed").queue("swarm.resumed.ready.eng")).takeBatch(20, { maxWaitMs: 1_000 }));
+    const items = await drain((await member.bus.forSwarm("resumed").queue("swarm.resumed.ready.eng")).takeBatch({ max: 20, maxWaitMs: 1_000 }));
     expect(items.map((item) => item.event?.job).sort()).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   });
 
   test("an aborted signal stops the move at the next message; the mark stays pending and a repeat moves the rest once", async () => {
     const legacy = await legacyQueue("swarm.stopped.ready.eng");
-    for (let i = 0; i < 6; i++) await legacy.offer({ swarm: "stopped", job: i });
+    for (let i = 0; i < 6; i++) await legacy.offer({ event: { swarm: "stopped", job: i } });
     const call = new AbortController();
     const seen: number[] = [];
     const stopped = await refusal(
@@ -320,7 +320,7 @@ describe("migrateQueue", () => {
     expect((await readMark(jsm, queueStream("stopped", "eng").name, queueMarkSubject("stopped", "eng")))!.mark.status).toBe("pending");
     expect((await hub.migrateQueue({ swarm: "stopped", name: "swarm.stopped.ready.eng" })).outcome).toBe("moved");
     const member = await hive.memberBus("hive-stopped-q", ["stopped"]);
-    const items = await drain((await member.bus.forSwarm("stopped").queue("swarm.stopped.ready.eng")).takeBatch(20, { maxWaitMs: 1_000 }));
+    const items = await drain((await member.bus.forSwarm("stopped").queue("swarm.stopped.ready.eng")).takeBatch({ max: 20, maxWaitMs: 1_000 }));
     expect(items.map((item) => item.event?.job).sort()).toEqual([0, 1, 2, 3, 4, 5]);
   });
 });

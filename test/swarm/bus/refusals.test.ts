@@ -28,8 +28,8 @@ let queue: WorkQueue;
 beforeAll(async () => {
   hive = await startBusHive();
   hub = await hive.hubBus();
-  await hub.provisionSwarm("rig");
-  await hub.provisionSwarm("other");
+  await hub.provisionSwarm({ swarm: "rig" });
+  await hub.provisionSwarm({ swarm: "other" });
   member = await hive.memberBus("hive-rig", ["rig"]);
   rig = member.bus.forSwarm("rig");
   queue = await rig.queue("swarm.rig.ready.eng");
@@ -43,10 +43,10 @@ afterAll(async () => {
 const sent = () => member.bus.connection.connection().stats().outMsgs;
 
 const cases: [string, () => unknown, string, new (...args: never[]) => Error][] = [
-  ["a subject of another swarm", () => rig.publish("swarm.other.execution.started", { swarm: "rig" }), "subject 'swarm.other.execution.started' does not belong to swarm 'rig'", BusRefusedError],
-  ["an event of another swarm, on publish", () => rig.publish("swarm.rig.execution.started", { swarm: "other" }), "event swarm 'other' does not match bus swarm 'rig'", BusRefusedError],
-  ["an event of another swarm, on offer", () => queue.offer({ swarm: "other", job: 1 }), "event swarm 'other' does not match bus swarm 'rig'", BusRefusedError],
-  ["an event of another swarm, dead-lettered", () => rig.deadLetter({ swarm: "other" }), "event swarm 'other' does not match bus swarm 'rig'", BusRefusedError],
+  ["a subject of another swarm", () => rig.publish({ subject: "swarm.other.execution.started", event: { swarm: "rig" } }), "subject 'swarm.other.execution.started' does not belong to swarm 'rig'", BusRefusedError],
+  ["an event of another swarm, on publish", () => rig.publish({ subject: "swarm.rig.execution.started", event: { swarm: "other" } }), "event swarm 'other' does not match bus swarm 'rig'", BusRefusedError],
+  ["an event of another swarm, on offer", () => queue.offer({ event: { swarm: "other", job: 1 } }), "event swarm 'other' does not match bus swarm 'rig'", BusRefusedError],
+  ["an event of another swarm, dead-lettered", () => rig.deadLetter({ event: { swarm: "other" } }), "event swarm 'other' does not match bus swarm 'rig'", BusRefusedError],
   ["a root queue that is not a lane queue name", () => member.bus.queue("eng"), "select a swarm before opening a scoped queue", BusRefusedError],
   ["another swarm's queue", () => rig.queue("swarm.other.ready.eng"), "queue 'swarm.other.ready.eng' does not belong to swarm 'rig'", BusRefusedError],
   ["a lane other than eng, ci or plan", () => rig.queue("swarm.rig.ready.deploy"), "queue 'swarm.rig.ready.deploy' does not belong to swarm 'rig'", BusRefusedError],
