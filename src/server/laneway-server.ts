@@ -328,13 +328,10 @@ function connectionCapFor(configured: number): number {
 async function startBroker(server: LanewayServerOptions["startup"]["server"], bindings: readonly CoreBinding[], log: Logger): ReturnType<typeof bootBroker> {
   const preparations = [];
   for (const binding of bindings) {
-    let preparation;
-    try {
-      preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) });
-    } catch (error) {
-      // Reported as the core's failure to open is: the step is the core's.
+    // A failure is reported as the core's failure to open is: the step is the core's.
+    const preparation = await binding.prepareBroker?.({ dataDir: server.dataDir, demo: server.demo, embedded: server.natsServers === undefined, log: log.child({ core: binding.name }) }).catch((error: unknown) => {
       throw startupFailure(binding, error);
-    }
+    });
     if (preparation) preparations.push({ core: binding.name, preparation });
   }
   if (preparations.length > 1) throw new Error(`more than one core prepares the broker: ${preparations.map((p) => p.core).join(", ")}`);

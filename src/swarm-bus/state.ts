@@ -48,37 +48,28 @@ export interface PutOptions {
   readonly expectedRevision?: number;
 }
 
-/** A write of one key. */
-export interface PutParams extends PutOptions {
+/** One key and the value written to it. */
+export interface KeyValue {
   /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
   readonly key: string;
   /** The value: bytes, or text written as UTF-8. */
   readonly value: Uint8Array | string;
 }
+
+/** A write of one key. */
+export interface PutParams extends KeyValue, PutOptions {}
 
 /** A write of a key that has no value yet. */
-export interface CreateParams {
-  /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
-  readonly key: string;
-  /** The value: bytes, or text written as UTF-8. */
-  readonly value: Uint8Array | string;
-}
+export type CreateParams = KeyValue;
 
 /** A write of a key at a known revision. */
-export interface UpdateParams {
-  /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
-  readonly key: string;
-  /** The value: bytes, or text written as UTF-8. */
-  readonly value: Uint8Array | string;
+export interface UpdateParams extends KeyValue {
   /** Write only if the key's last revision is this one (a non-negative integer; 0: only if the key has no revision). */
   readonly revision: number;
 }
 
 /** A delete of one key. */
-export interface DeleteParams extends PutOptions {
-  /** The key: letters, digits, `-_=/` and inner dots, at most 1 024 characters (JetStream KV rules). */
-  readonly key: string;
-}
+export interface DeleteParams extends Pick<KeyValue, "key">, PutOptions {}
 
 /** Whether `key` is a valid state key (JetStream KV rules: letters, digits, `-_=/`, inner dots). */
 export function isStateKey(key: string): boolean {
