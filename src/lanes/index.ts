@@ -17,7 +17,7 @@ export { serializeRegistry } from "./registry-document.js";
 export { MAX_EVENTS, MAX_EXAMINED } from "./replay.js";
 export { StoredLaneRecord } from "./envelope.js";
 export { retryDelayMs, type InspectedState } from "./group-ledger.js";
-export type { GroupObservation, Receipt, RecoveryResult, WorkDelivery } from "./work-groups.js";
+export type { Acked, GroupObservation, Receipt, ReceiptOutcome, RecoveryResult, WorkDelivery } from "./work-groups.js";
 export type { LaneBounds, LaneRecord, LanesConfig, RecordKind } from "./types.js";
 export { lanesBrokerPermissions } from "./broker-permissions.js";
 export { metaBucket, reservationBucket, streamName } from "./names.js";

@@ -13,6 +13,9 @@ import { MAX_EVENTS, Replayer, type Cursor, type ReplayPage } from "./replay.js"
 import type { LaneRecord, LanesConfig, Publication } from "./types.js";
 import {
   WorkGroups,
+  type AckAndClaimOutcome,
+  type AckAndClaimParams,
+  type Acked,
   type ClaimParams,
   type GroupInspection,
   type GroupObservation,
@@ -106,7 +109,9 @@ export interface LanesCore {
   /** Leases up to `max` deliveries of a group, waiting up to `waitMs` when none is eligible. */
   claim(params: ClaimParams, signal?: AbortSignal): Promise<WorkDelivery[]>;
   renew(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ leaseExpiresAt: number }>[]>;
-  ack(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]>;
+  ack(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<Acked>[]>;
+  /** Completes deliveries and leases up to `max` more in one write of the group's state, without waiting for work. */
+  ackAndClaim(params: AckAndClaimParams, signal?: AbortSignal): Promise<AckAndClaimOutcome>;
   nack(params: ReceiptParams, signal?: AbortSignal): Promise<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]>;
   inspect(params: GroupTarget, signal?: AbortSignal): Promise<GroupInspection>;
   recover(params: RecoverParams, signal?: AbortSignal): Promise<RecoveryResult>;
@@ -237,6 +242,7 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
       claim: (params, signal) => bounded("claiming work", signal, (s) => groups.claim(params, s), Math.max(0, params.waitMs)),
       renew: (params, signal) => bounded("renewing leases", signal, (s) => groups.renew(params, s)),
       ack: (params, signal) => bounded("acknowledging work", signal, (s) => groups.ack(params, s)),
+      ackAndClaim: (params, signal) => bounded("acknowledging and claiming work", signal, (s) => groups.ackAndClaim(params, s)),
       nack: (params, signal) => bounded("returning work", signal, (s) => groups.nack(params, s)),
       inspect: (params, signal) => bounded("inspecting a group", signal, (s) => groups.inspect(params, s)),
       recover: (params, signal) => bounded("recovering work", signal, (s) => groups.recover(params, s)),

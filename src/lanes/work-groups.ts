@@ -155,6 +155,27 @@ export interface ReceiptParams extends GroupTarget {
   readonly receipts: readonly Receipt[];
 }
 
+/** What an acknowledgement answers. */
+export interface Acked {
+  /** When the delivery was completed (a duplicate: when it first was, to the history's precision). */
+  readonly ackedAt: number;
+  /** True when the receipt had already completed its delivery. */
+  readonly duplicate: boolean;
+}
+
+export interface AckAndClaimParams extends GroupTarget {
+  /** Receipts to complete before claiming (0 to 64). */
+  readonly acks: readonly Receipt[];
+  /** The most deliveries to lease (1 to 64). */
+  readonly max: number;
+}
+
+/** The acknowledgements' outcomes (in request order) and the deliveries leased after them. */
+export interface AckAndClaimOutcome {
+  readonly acks: ReceiptOutcome<Acked>[];
+  readonly work: WorkDelivery[];
+}
+
 export interface RecoverParams extends GroupTarget {
   /** The request's idempotency id. */
   readonly id: string;
@@ -336,7 +357,7 @@ type Operation = (
       holdUntil?: number;
     }
   | { kind: "renew"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ leaseExpiresAt: number }>[]> }
-  | { kind: "ack"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ ackedAt: number; duplicate: boolean }>[]> }
+  | { kind: "ack"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<Acked>[]> }
   | { kind: "nack"; project: string; items: HeldReceipt[]; settle: Settle<ReceiptOutcome<{ retryAt: number; attempt: number; duplicate: boolean }>[]> }
   | { kind: "recover"; request: HeldRecovery; settle: Settle<RecoveryResult> }
 ) & {
@@ -505,7 +526,28 @@ export class WorkGroups {
   }
 
   ack(params: ReceiptParams, signal?: AbortSignal) {
-    return this.#receipts<{ ackedAt: number; duplicate: boolean }>(params, (items, settle) => ({ kind: "ack", project: params.project, items, settle }), signal);
+    return this.#receipts<Acked>(params, (items, settle) => ({ kind: "ack", project: params.project, items, settle }), signal);
+  }
+
+  /**
+   * Completes `acks`, then leases up to `max` deliveries without waiting:
+   * both reach the group's actor in the same turn, so one compare-and-set
+   * serves them, the acknowledgements applied first (the slots and leases
+   * they free serve the claim). The acknowledgements keep their own
+   * outcomes: one failing as a whole (the broker unavailable) answers its
+   * error for each receipt. A claim that fails fails the call, whatever
+   * became of the acknowledgements (a repeated ack answers `duplicate`).
+   */
+  async ackAndClaim(params: AckAndClaimParams, signal?: AbortSignal): Promise<AckAndClaimOutcome> {
+    const { project, lane, group, acks, max } = params;
+    this.#member(params);
+    const acked =
+      acks.length === 0
+        ? Promise.resolve([])
+        : this.ack({ project, lane, group, receipts: acks }, signal).catch((error: unknown) => acks.map(() => ({ error })));
+    const work = this.claim({ project, lane, group, max, waitMs: 0 }, signal);
+    const [ackOutcomes, leased] = await Promise.all([acked, work]);
+    return { acks: ackOutcomes, work: leased };
   }
 
   nack(params: ReceiptParams, signal?: AbortSignal) {

@@ -1,6 +1,6 @@
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
-import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
+import { LaneService, type AckResult, type NackResult, type RenewResult, type Work } from "../../gen/laneway/lane/v1/lane_service_pb.js";
 
 /**
  * A participant claims work of one group and runs it with handlers that
@@ -16,9 +16,12 @@ import { LaneService, type Work } from "../../gen/laneway/lane/v1/lane_service_p
  *   lease) is nacked, which schedules a retry with the group's backoff;
  * - claims are batched (ClaimBatch, long-polling when idle) up to the
  *   concurrency, and acks, nacks and renewals of many handlers are combined
- *   into batch calls; a handler's slot is free again once it returns, so
- *   the next claim travels with its ack (the server combines them into
- *   one write of the group's state);
+ *   into batch calls; a handler's slot is free again once it returns, and
+ *   the claim for the slots freed in one turn carries the acks of the
+ *   handlers that freed them (ClaimBatch's `acks`: one call, one write of
+ *   the group's state, no waiting); acks that find no claim to ride with
+ *   (two claims already in flight) go out with AckBatch, and so do the
+ *   acks of a claim that failed (a repeated ack answers `duplicate`);
  * - `stop()` stops claiming, lets running handlers finish until their lease
  *   ends (or the given grace), aborts and nacks what is still running, and
  *   returns once every delivery is settled.
@@ -83,7 +86,12 @@ export class Participant {
   /** Settlements queued or in flight of handlers that returned. */
   readonly #settling = new Set<Promise<void>>();
   #flushScheduled = false;
-  #slotFreed: (() => void) | undefined;
+  #pumpScheduled = false;
+  /** The claims in flight, and the slots promised to them. */
+  readonly #claims = new Set<Promise<void>>();
+  #reserved = 0;
+  /** Wakes `run()` once stopping and nothing is claimed or running any more. */
+  #wake: (() => void) | undefined;
   #loop: Promise<void> | undefined;
   readonly stats: ParticipantStats = { claimed: 0, acked: 0, nacked: 0, inFlight: 0 };
 
@@ -108,7 +116,7 @@ export class Participant {
 
   /** Claims and runs work until `stop()`; resolves once everything claimed is settled. */
   run(): Promise<void> {
-    this.#loop ??= this.#claimLoop();
+    this.#loop ??= this.#runUntilStopped();
     return this.#loop;
   }
 
@@ -118,7 +126,7 @@ export class Participant {
    */
   async stop(graceMs = Number.POSITIVE_INFINITY): Promise<void> {
     this.#stopping.abort();
-    this.#slotFreed?.();
+    this.#schedulePump();
     if (Number.isFinite(graceMs)) {
       setTimeout(() => {
         for (const running of this.#running) running.controller.abort(new Error("the participant is stopping"));
@@ -127,39 +135,76 @@ export class Participant {
     await this.#loop;
   }
 
-  async #claimLoop(): Promise<void> {
-    const { client, lane, group, concurrency, batchSize, waitMs } = this.#options;
-    const signal = this.#stopping.signal;
-    while (!signal.aborted) {
-      const free = concurrency - this.#running.size;
-      if (free <= 0) {
-        await new Promise<void>((resolve) => (this.#slotFreed = resolve));
-        this.#slotFreed = undefined;
-        // The acks of the handlers that just returned go out first (their flush is queued the same way).
-        await new Promise<void>((resolve) => setImmediate(resolve));
-        continue;
-      }
-      let work: Work[];
-      try {
-        const response = await client.claimBatch(
-          { lane, group, maxRecords: Math.min(free, batchSize), wait: { seconds: BigInt(Math.floor(waitMs / 1000)), nanos: (waitMs % 1000) * 1_000_000 } },
-          { signal },
-        );
-        work = response.work;
-      } catch (error) {
-        if (signal.aborted) break;
-        // A claim that reaches the group before the acks sent with it is held
-        // there for them (a moment at most), so a refusal for capacity is news.
-        this.#options.onError?.(error);
-        // A capacity limit or an unavailable broker: back off briefly and claim again.
-        await sleep(ConnectError.from(error).code === Code.ResourceExhausted ? 200 : 1_000, signal);
-        continue;
-      }
-      for (const item of work) this.#start(item);
+  async #runUntilStopped(): Promise<void> {
+    this.#pump();
+    while (!this.#stopping.signal.aborted || this.#claims.size > 0 || this.#running.size > 0) {
+      await new Promise<void>((resolve) => (this.#wake = resolve));
+      this.#wake = undefined;
     }
-    while (this.#running.size > 0) await new Promise<void>((resolve) => (this.#slotFreed = resolve));
     await this.#flush();
     await Promise.all([...this.#settling]);
+  }
+
+  /**
+   * Claims for the free slots (at most CLAIMS_IN_FLIGHT claims of at most
+   * batchSize each), the queued acks riding with the first; acks that find
+   * no claim to ride with go out with AckBatch. Runs in the turn after
+   * handlers returned or a claim ended, so that every slot freed in that
+   * turn is claimed at once.
+   */
+  #pump(): void {
+    this.#pumpScheduled = false;
+    const { concurrency, batchSize } = this.#options;
+    while (!this.#stopping.signal.aborted && this.#claims.size < CLAIMS_IN_FLIGHT) {
+      const free = concurrency - this.#running.size - this.#reserved;
+      if (free <= 0) break;
+      const max = Math.min(free, batchSize);
+      this.#reserved += max;
+      const claim = this.#claim(max, this.#pending.ack.splice(0, MAX_BATCH)).finally(() => {
+        this.#reserved -= max;
+        this.#claims.delete(claim);
+        this.#schedulePump();
+      });
+      this.#claims.add(claim);
+    }
+    if (this.#pending.ack.length > 0) this.#scheduleFlush();
+    this.#wake?.();
+  }
+
+  #schedulePump(): void {
+    if (this.#pumpScheduled) return;
+    this.#pumpScheduled = true;
+    setImmediate(() => this.#pump());
+  }
+
+  /** One ClaimBatch for `max` free slots, carrying `acks`; starts what it leased. */
+  async #claim(max: number, acks: { work: Work; done: (ok: boolean) => void }[]): Promise<void> {
+    const { client, lane, group, waitMs } = this.#options;
+    const signal = this.#stopping.signal;
+    try {
+      const response = await client.claimBatch(
+        {
+          lane,
+          group,
+          maxRecords: max,
+          wait: { seconds: BigInt(Math.floor(waitMs / 1000)), nanos: (waitMs % 1000) * 1_000_000 },
+          acks: acks.map(({ work }) => ({ sequence: work.record!.sequence, receipt: work.receipt })),
+        },
+        { signal },
+      );
+      this.#settled("ack", acks, response.ackResults);
+      for (const item of response.work) this.#start(item);
+    } catch (error) {
+      // Whether the acks were applied is unknown: they go again with AckBatch.
+      this.#pending.ack.push(...acks);
+      if (acks.length > 0) this.#scheduleFlush();
+      if (signal.aborted) return;
+      // A claim that reaches the group before the acks sent with it is held
+      // there for them (a moment at most), so a refusal for capacity is news.
+      this.#options.onError?.(error);
+      // A capacity limit or an unavailable broker: back off briefly before this claim's slots are claimed again.
+      await sleep(ConnectError.from(error).code === Code.ResourceExhausted ? 200 : 1_000, signal);
+    }
   }
 
   #start(work: Work): void {
@@ -201,16 +246,16 @@ export class Participant {
         clearTimeout(running.renewTimer);
         clearTimeout(running.endTimer);
       }
-      // The handler's slot is free once it returned: the next claim goes
-      // out while its ack is on the way, so that the server can combine
-      // both into one write of the group's state.
+      // The handler's slot is free once it returned: the claim for it
+      // carries its ack, so that the server applies both in one write of
+      // the group's state.
       this.#running.delete(running);
       this.stats.inFlight = this.#running.size;
       const settled = this.#settle(outcome, work).then(() => {
         this.#settling.delete(settled);
       });
       this.#settling.add(settled);
-      this.#slotFreed?.();
+      this.#schedulePump();
     })();
   }
 
@@ -234,11 +279,16 @@ export class Participant {
   #settle(kind: Settlement, work: Work): Promise<boolean> {
     return new Promise((resolve) => {
       this.#pending[kind].push({ work, done: resolve });
-      if (!this.#flushScheduled) {
-        this.#flushScheduled = true;
-        setImmediate(() => void this.#flush());
-      }
+      // An ack goes with the claim for the slot it freed, if one can go out in the next turn (see #pump); the rest with their batch calls.
+      if (kind === "ack" && !this.#stopping.signal.aborted) this.#schedulePump();
+      else this.#scheduleFlush();
     });
+  }
+
+  #scheduleFlush(): void {
+    if (this.#flushScheduled) return;
+    this.#flushScheduled = true;
+    setImmediate(() => void this.#flush());
   }
 
   async #flush(): Promise<void> {
@@ -247,8 +297,8 @@ export class Participant {
     await Promise.all(
       (["ack", "nack", "renew"] as const).map(async (kind) => {
         const items = this.#pending[kind].splice(0);
-        for (let i = 0; i < items.length; i += 64) {
-          const chunk = items.slice(i, i + 64);
+        for (let i = 0; i < items.length; i += MAX_BATCH) {
+          const chunk = items.slice(i, i + MAX_BATCH);
           const receipts = chunk.map(({ work }) => ({ sequence: work.record!.sequence, receipt: work.receipt }));
           try {
             const results =
@@ -257,21 +307,7 @@ export class Participant {
                 : kind === "nack"
                   ? (await client.nackBatch({ lane, group, receipts })).results
                   : (await client.renewBatch({ lane, group, receipts })).results;
-            results.forEach((result, j) => {
-              const entry = chunk[j]!;
-              const ok = result.outcome.case !== "error";
-              if (kind === "ack" && ok) this.stats.acked += 1;
-              if (kind === "nack" && ok) this.stats.nacked += 1;
-              if (kind === "renew" && ok && result.outcome.case === "renewed") {
-                const running = [...this.#running].find((r) => r.work === entry.work);
-                if (running) {
-                  running.leaseExpiresAt = timestampMs(result.outcome.value.leaseExpiresAt!);
-                  this.#scheduleLease(running);
-                }
-              }
-              if (!ok) this.#options.onError?.(new Error(`${kind} of sequence ${entry.work.record!.sequence} failed: ${result.outcome.case === "error" ? result.outcome.value.reason : ""}`));
-              entry.done(ok);
-            });
+            this.#settled(kind, chunk, results);
           } catch (error) {
             // The lease runs out and the work is redelivered: at least once.
             this.#options.onError?.(error);
@@ -281,7 +317,35 @@ export class Participant {
       }),
     );
   }
+
+  /** Applies a batch's results (one per entry, in order) to the stats, the leases and the waiting settlements. */
+  #settled(kind: Settlement, chunk: readonly { work: Work; done: (ok: boolean) => void }[], results: readonly (AckResult | NackResult | RenewResult)[]): void {
+    chunk.forEach((entry, j) => {
+      const outcome = results[j]?.outcome;
+      const ok = outcome !== undefined && outcome.case !== undefined && outcome.case !== "error";
+      if (kind === "ack" && ok) this.stats.acked += 1;
+      if (kind === "nack" && ok) this.stats.nacked += 1;
+      if (kind === "renew" && outcome?.case === "renewed") {
+        const running = [...this.#running].find((r) => r.work === entry.work);
+        if (running) {
+          running.leaseExpiresAt = timestampMs(outcome.value.leaseExpiresAt!);
+          this.#scheduleLease(running);
+        }
+      }
+      if (!ok) this.#options.onError?.(new Error(`${kind} of sequence ${entry.work.record!.sequence} failed: ${outcome?.case === "error" ? outcome.value.reason : "no result"}`));
+      entry.done(ok);
+    });
+  }
 }
+
+/** The most receipts of one batch call (AckBatch, NackBatch, RenewBatch, ClaimBatch's acks). */
+const MAX_BATCH = 64;
+/**
+ * Claims in flight at once. With two, the group's next claim is being
+ * served while the handlers run what the last one leased (each claims at
+ * most batchSize of the slots that are free, so no lease waits for a slot).
+ */
+const CLAIMS_IN_FLIGHT = 2;
 
 /** Waits `ms`, or until `signal` aborts; the abort listener never outlives the wait. */
 export function sleep(ms: number, signal: AbortSignal): Promise<void> {
