@@ -35,7 +35,9 @@ import {
  * records claims read (with the lane watchers) use the lanes' connection;
  * Replay and Follow pages use a sibling connection of their own, so that
  * bulk reading cannot share a fate with writing. Both read with the flow
- * control of LaneStore.readFrom, each connection with its own byte budget.
+ * control of LaneStore.readFrom, each connection with its own byte budget,
+ * and both keep a read's consumer for the read that continues it (the
+ * next page; a group's next scan from its cursor).
  */
 
 /** Records of a PublishBatch that share one operation_timeout of the call's bound. */
@@ -151,7 +153,8 @@ export async function openLanesCore(options: LanesCoreOptions): Promise<LanesCor
     if (options.replicas > 1) broker.probeStreams([...namespace.streams.values()]);
     const registry = new LaneRegistry(config);
     const reads = { maxRecordBytes: maxEnvelopeBytes(config.bounds.maxPayload) };
-    const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas, reads);
+    // Claims read a group's lane from its cursor on, claim after claim: their consumers are kept for the next read too.
+    const store = new LaneStore(broker, config.bounds.operationTimeoutMs, options.replicas, { ...reads, reuseConsumers: true });
     // Replay and Follow pages continue one another: their consumers are kept for the next page.
     const readStore = new LaneStore(readers, config.bounds.operationTimeoutMs, options.replicas, { ...reads, reuseConsumers: true });
     const publisher = new Publisher(store, namespace, registry, options.pausePoints ?? noPausePoints);

@@ -137,7 +137,7 @@ test("reads leave no consumer behind: after claims, the lane streams carry no co
     expect(claimed.work).toBeDefined();
     await beacon.ack({ lane: "other", group: "waiters", ...receiptOf(claimed.work!) });
   }
-  // Each read used a consumer of its own; each is deleted once read (a consumer left behind would stay until its inactivity threshold).
+  // A read's consumer is kept for the read that continues it (the group's next claim) for IDLE_READER_MS, then deleted (a consumer left behind would stay until its inactivity threshold).
   const consumers = async () => {
     const response = await fetch(`${monitorUrl}/jsz?streams=1`, { signal: AbortSignal.timeout(5_000) });
     const body = (await response.json()) as { account_details?: { stream_detail?: { name: string; state?: { consumer_count?: number } }[] }[] };
