@@ -10,8 +10,9 @@
  * - `participant`: the participant library (src/participant) with
  *   `concurrency` handlers; it claims with ClaimBatch (up to the free
  *   handler slots, at most 64) and combines the acks of finished handlers
- *   into AckBatch calls. The handler does nothing. Its ClaimBatch and
- *   AckBatch calls are counted by wrapping the client it is given.
+ *   into AckBatch calls or into the ClaimBatch for the slots they freed.
+ *   The handler does nothing. Its ClaimBatch and AckBatch calls (and the
+ *   acks its claims carried) are counted by wrapping the client it is given.
  *
  * Both talk Connect binary over HTTP/1.1. A claim refused for capacity
  * (`resource_exhausted`) is counted; the single loops then wait 50 ms (the
@@ -28,7 +29,7 @@
  * from..to: how many times it ran) for the orchestrator to merge.
  *
  * Usage (argv[2] is JSON): {mode, url, token, lane, group, schema, publisher, from, to, concurrency, shared?, doneFile?}
- * Prints {items, seconds, cpuMicros, claimCalls, ackCalls, capacityRefusals, emptyClaims, errors, handled?}.
+ * Prints {items, seconds, cpuMicros, claimCalls, ackCalls, acksCarried, capacityRefusals, emptyClaims, errors, handled?}.
  */
 import { setMaxListeners } from "node:events";
 import { existsSync } from "node:fs";
@@ -63,6 +64,8 @@ let duplicates = 0;
 let outOfRange = 0;
 let claimCalls = 0;
 let ackCalls = 0;
+/** Receipts acknowledged by ClaimBatch calls (the acks that rode with a claim). */
+let acksCarried = 0;
 let capacityRefusals = 0;
 let emptyClaims = 0;
 let errors = 0;
@@ -138,6 +141,7 @@ if (spec.mode === "single") {
     ...client,
     claimBatch: async (request, options) => {
       claimCalls += 1;
+      acksCarried += request.acks?.length ?? 0;
       const answer = await client.claimBatch(request, options);
       claimedRecords += answer.work.length;
       return answer;
@@ -209,6 +213,7 @@ process.stdout.write(
     cpuMicros: cpu.user + cpu.system,
     claimCalls,
     ackCalls,
+    acksCarried,
     capacityRefusals,
     emptyClaims,
     errors,

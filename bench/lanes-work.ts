@@ -138,6 +138,7 @@ interface HelperResult {
   firstError?: string;
   claimCalls?: number;
   ackCalls?: number;
+  acksCarried?: number;
   capacityRefusals?: number;
   emptyClaims?: number;
   pulls?: number;
@@ -162,6 +163,8 @@ interface Run {
   redisCommands: number;
   claimCalls: number;
   ackCalls: number;
+  /** Participant runs: receipts acknowledged by ClaimBatch calls rather than AckBatch. */
+  acksCarried: number;
   capacityRefusals: number;
   ledgerEntries: number;
   ledgerBytes: number;
@@ -418,6 +421,7 @@ export async function lanesWork(): Promise<void> {
             firstError: results.find((r) => r.firstError)?.firstError ?? (wrong > 0 ? `${wrong} records not handled exactly once across the two processes` : undefined),
             claimCalls: results.reduce((a, r) => a + (r.claimCalls ?? 0), 0),
             ackCalls: results.reduce((a, r) => a + (r.ackCalls ?? 0), 0),
+            acksCarried: results.reduce((a, r) => a + (r.acksCarried ?? 0), 0),
             capacityRefusals: results.reduce((a, r) => a + (r.capacityRefusals ?? 0), 0),
           };
         });
@@ -480,6 +484,7 @@ export async function lanesWork(): Promise<void> {
         redisCommands: after.redisCommands - before.redisCommands,
         claimCalls: result.claimCalls ?? 0,
         ackCalls: result.ackCalls ?? 0,
+        acksCarried: result.acksCarried ?? 0,
         capacityRefusals: result.capacityRefusals ?? 0,
         ledgerEntries,
         ledgerBytes,
@@ -665,7 +670,7 @@ export async function lanesWork(): Promise<void> {
           `nats-server CPU: ${perItem(p64, "natsCpu", 0)} µs per item (raw batch: ${perItem(runs.get(key("raw-batch", 64)) ?? [], "natsCpu", 0)}); ` +
           `the participant's own process: ${perItem(p64, "clientCpu", 0)} µs per item.`,
         `- calls: ${(claims64 / items64).toFixed(3)} ClaimBatch calls per item (${(items64 / claims64).toFixed(1)} records per claim), ` +
-          `${(acks64 / items64).toFixed(3)} AckBatch calls per item (${(items64 / acks64).toFixed(1)} receipts per ack); ` +
+          `${(acks64 / items64).toFixed(3)} AckBatch calls per item; ${((100 * sumOf(p64, "acksCarried")) / items64).toFixed(1)}% of the acks rode with a ClaimBatch; ` +
           `${(sumOf(p64, "sent") / (claims64 + acks64)).toFixed(2)} broker round trips per call.`,
         `- broker: ${perItem(p64, "sent", 2)} round trips per item, ${perItem(p64, "apiCalls", 2)} of them JetStream API requests; ` +
           `${perItem(p64, "ledgerWrites", 3)} ledger CASes per item (${(items64 / sumOf(p64, "ledgerWrites")).toFixed(1)} items per CAS), ` +
