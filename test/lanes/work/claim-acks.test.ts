@@ -1,6 +1,6 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { afterAll, beforeAll, expect, test } from "vitest";
-import { DeliveryState, LaneService, type AckBatchResponse, type ClaimBatchResponse } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
+import { DeliveryState, LaneService, type AckBatchResponse, type ClaimBatchRequest, type ClaimBatchResponse } from "../../../gen/laneway/lane/v1/lane_service_pb.js";
 import { Participant } from "../../../src/participant/index.js";
 import { startLanewayInProcess, type InProcessLaneway } from "../../helpers/laneway.js";
 import { expectLaneError, type LaneClient } from "../../helpers/lanes.js";
@@ -132,7 +132,7 @@ test("the participant's acks ride with its claims; when such a call's answer is 
   // Lets the first ClaimBatch that carries acks reach the server, then loses its answer.
   const loser: Interceptor = (next) => async (req) => {
     const response = await next(req);
-    if (req.method.name === "ClaimBatch" && (req.message as { acks: unknown[] }).acks.length > 0) {
+    if (req.method.name === "ClaimBatch" && (req.message as unknown as ClaimBatchRequest).acks.length > 0) {
       carried += 1;
       if (carried === 1) {
         lostAcks = (response.message as ClaimBatchResponse).ackResults.filter((r) => r.outcome.case === "acked").length;
