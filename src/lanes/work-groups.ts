@@ -1639,9 +1639,12 @@ class GroupActor {
       }
     }
     if (fresh.length < want) {
-      // More is wanted than was read ahead: how far the lane goes, and where it starts.
-      range ??= await rangeOf();
-      const { firstRetained, last } = range;
+      // More is wanted than was read ahead. When what was read ahead proves
+      // the cursor retained (so is every later record), the read itself
+      // finds where the lane ends (a short read); otherwise ask how far the
+      // lane goes, and where it starts.
+      if (!aheadRetained) range ??= await rangeOf();
+      const { firstRetained, last } = range ?? { firstRetained: start, last: Number.POSITIVE_INFINITY };
       let budget = SCAN_LIMIT;
       let page = 0;
       while (next >= firstRetained && fresh.length < want && next <= last && budget > 0) {
