@@ -182,7 +182,8 @@ function lanesMetrics(registry: Registry, { refreshMs, now }: CoreMetricsContext
         case "ClaimBatch": {
           const n = field<unknown[]>(response, "work")?.length ?? 0;
           if (n > 0) leased.inc({ lane, group }, n);
-          return;
+          // The acks it carried count as AckBatch's do.
+          return receiptResults(lane, group, "ack", field<unknown[]>(response, "ackResults"), "acked");
         }
         case "Ack":
         case "Nack":

@@ -8,6 +8,7 @@ import { startNatsServer, type NatsServerHandle } from "../../helpers/nats-serve
 import { waitFor } from "../../helpers/wait-for.js";
 import { completionOf, deliveriesView, inspectGroup, publishWork, receiptOf, stateOf, waitOf } from "../../helpers/work.js";
 import { buildLanesConfig } from "../../helpers/lanes-config.js";
+import { parsePrometheusText, sampleValue } from "../../helpers/prometheus-text.js";
 
 /**
  * ClaimBatch carrying `acks`: a worker that finished its work completes it
@@ -61,7 +62,17 @@ afterAll(async () => {
 /** A well-formed receipt that no lease was ever given. */
 const FORGED = "ab".repeat(32);
 
+/** The lanes' receipt counters for lane `carry` as /metrics shows them. */
+async function carryReceipts(): Promise<{ acked: number; stale: number }> {
+  const families = parsePrometheusText(await (await fetch(`${laneway.url}/metrics`)).text());
+  return {
+    acked: sampleValue(families, "laneway_group_receipts_total", { lane: "carry", group: "workers", operation: "ack" }),
+    stale: sampleValue(families, "laneway_group_receipt_refusals_total", { operation: "ack", reason: "lane_stale" }),
+  };
+}
+
 test("a ClaimBatch carrying acks completes them before it claims: at max_pending, the slots they free serve the claim", async () => {
+  const counted = await carryReceipts();
   const records = await publishWork(atlas, "carry", ["c1", "c2", "c3", "c4", "c5", "c6"]);
   const first = await beacon.claimBatch({ lane: "carry", group: "workers", maxRecords: 3 });
   expect(first.work.map((w) => w.record!.sequence)).toEqual(records.slice(0, 3).map((r) => r.sequence));
@@ -98,6 +109,8 @@ test("a ClaimBatch carrying acks completes them before it claims: at max_pending
   expect(last.work).toEqual([]);
   const after = await inspectGroup(beacon, "carry", "workers");
   expect(deliveriesView(after)).toEqual([[Number(next.work[1]!.record!.sequence), "beacon", 1, "LEASED"]]);
+  // The metrics count the acks a ClaimBatch carried as AckBatch's: six accepted (a duplicate too), one stale.
+  expect(await carryReceipts()).toEqual({ acked: counted.acked + 6, stale: counted.stale + 1 });
 });
 
 test("a ClaimBatch's acks keep the call's rules: more than 64, a malformed receipt or a caller outside the group is refused, and none is applied", async () => {
