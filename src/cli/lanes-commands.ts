@@ -246,11 +246,21 @@ export const lanesCommands: CommandGroup = {
     }),
     rpcCommand({
       method: method.claimBatch,
-      usage: "claim-batch <lane> <group> [--max N] [--wait 10s]",
-      summary: "lease up to N (1 to 64) work records of a group at once",
+      usage:
+        "claim-batch <lane> <group> [--max N] [--wait 10s] [--ack SEQ:RECEIPT]...\n(--ack, or LANEWAY_ACKS with SEQ:RECEIPT entries separated by spaces: completed first, in the same call, which then does not wait)",
+      summary: "lease up to N (1 to 64) work records of a group at once, after acknowledging the given ones",
       args: ["lane", "group"],
-      options: { max: { type: "string" }, wait: { type: "string" } },
-      request: (i) => ({ lane: i.arg("lane"), group: i.arg("group"), maxRecords: Number(i.uint("max", 64n)), wait: durationFromMs(i.durationMs("wait")) }),
+      options: { max: { type: "string" }, wait: { type: "string" }, ack: { type: "string", multiple: true } },
+      request(i) {
+        const given = i.list("ack");
+        const entries = given.length > 0 ? given : (i.io.env.LANEWAY_ACKS ?? "").split(/\s+/).filter((e) => e !== "");
+        const acks = entries.map((entry) => {
+          const match = /^(\d{1,20}):([0-9a-f]{64})$/.exec(entry);
+          if (!match) throw new UsageError("--ack and LANEWAY_ACKS take SEQUENCE:RECEIPT (64 lowercase hex characters)");
+          return { sequence: BigInt(match[1]!), receipt: match[2]! };
+        });
+        return { lane: i.arg("lane"), group: i.arg("group"), maxRecords: Number(i.uint("max", 64n)), wait: durationFromMs(i.durationMs("wait")), acks };
+      },
     }),
     receiptCommand(method.renew, "extend a work lease"),
     receiptCommand(method.ack, "complete a claimed record"),

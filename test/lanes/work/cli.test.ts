@@ -13,8 +13,8 @@ import { completionOf, deliveriesView, inspectGroup, publishWork, stateOf } from
 import { buildLanesConfig } from "../../helpers/lanes-config.js";
 
 /**
- * `laneway lanes claim | claim-batch | renew | ack | nack | inspect |
- * recover | work` against a real server: the command code in this process
+ * `laneway lanes claim | claim-batch (with --ack) | renew | ack | nack |
+ * inspect | recover | work` against a real server: the command code in this process
  * for the single calls, and the installed command as a child process for
  * `lanes work` (as a user runs it, stopped with SIGINT). Receipts come from
  * LANEWAY_RECEIPT and are never echoed in errors.
@@ -116,6 +116,28 @@ test("claim-batch, renew and nack from the command line; a stale receipt fails w
   const g = await inspectGroup(beacon, "jobs", "workers");
   expect(deliveriesView(g)).toEqual([[Number(two!.record.sequence), "beacon", 1, "RETRY_SCHEDULED"]]);
   expect(completionOf(g, BigInt(three!.record.sequence))?.attempt).toBe(1);
+});
+
+test("claim-batch --ack (or LANEWAY_ACKS) completes those deliveries first, in the same call, and prints each ack's result beside the new work; a malformed entry is a usage error that echoes nothing", async () => {
+  const [four, five] = await publishWork(atlas, "jobs", ["cli-four", "cli-five"]);
+  const first = JSON.parse((await cli(["lanes", "claim-batch", "jobs", "workers", "--max", "1"])).stdout).work as { record: { sequence: string }; receipt: string }[];
+  expect(first.map((w) => w.record.sequence)).toEqual([String(four!.sequence)]);
+  const carried = await cli(["lanes", "claim-batch", "jobs", "workers", "--max", "1"], { LANEWAY_ACKS: `${first[0]!.record.sequence}:${first[0]!.receipt}` });
+  expect(carried).toMatchObject({ code: 0, stderr: "" });
+  const answer = JSON.parse(carried.stdout) as { work: { record: { sequence: string }; receipt: string }[]; ackResults: { acked?: { ackedAt: string } }[] };
+  expect(answer.ackResults).toHaveLength(1);
+  expect(answer.ackResults[0]!.acked?.ackedAt).toBeDefined();
+  expect(answer.work.map((w) => w.record.sequence)).toEqual([String(five!.sequence)]);
+  // Carrying an ack, the call answers at once even with nothing to lease (a wait of 50 s would outlast the test).
+  const last = await cli(["lanes", "claim-batch", "jobs", "workers", "--max", "1", "--wait", "50s", "--ack", `${answer.work[0]!.record.sequence}:${answer.work[0]!.receipt}`]);
+  expect(last.code).toBe(0);
+  expect(JSON.parse(last.stdout)).toEqual({ ackResults: [{ acked: { ackedAt: expect.any(String) } }] });
+  const g = await inspectGroup(beacon, "jobs", "workers");
+  expect([four!, five!].map((r) => completionOf(g, r.sequence)?.attempt)).toEqual([1, 1]);
+  const malformed = await cli(["lanes", "claim-batch", "jobs", "workers", "--ack", `${five!.sequence}:${answer.work[0]!.receipt.slice(0, 40)}`]);
+  expect(malformed.code).toBe(2);
+  expect(malformed.stderr).toContain("SEQUENCE:RECEIPT");
+  expect(malformed.stderr).not.toContain(answer.work[0]!.receipt.slice(0, 40));
 });
 
 test("recover from the command line records a recovery at the inspected revision and cursor; a wrong cursor is lane_invalid, a malformed --expired a usage error, a non-recoverer forbidden", async () => {
