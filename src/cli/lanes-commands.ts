@@ -51,6 +51,13 @@ function receiptOf(input: RpcInput): string {
   return receipt;
 }
 
+/** A `SEQUENCE:RECEIPT` entry (--ack, --expired); a malformed one is a usage error that never echoes it. */
+function sequenceReceipt(entry: string, takes: string): { sequence: bigint; receipt: string } {
+  const match = /^(\d{1,20}):([0-9a-f]{64})$/.exec(entry);
+  if (!match) throw new UsageError(`${takes} SEQUENCE:RECEIPT (64 lowercase hex characters)`);
+  return { sequence: BigInt(match[1]!), receipt: match[2]! };
+}
+
 function receiptCommand(m: typeof method.renew | typeof method.ack | typeof method.nack, summary: string): CommandSpec {
   return rpcCommand({
     method: m,
@@ -254,11 +261,7 @@ export const lanesCommands: CommandGroup = {
       request(i) {
         const given = i.list("ack");
         const entries = given.length > 0 ? given : (i.io.env.LANEWAY_ACKS ?? "").split(/\s+/).filter((e) => e !== "");
-        const acks = entries.map((entry) => {
-          const match = /^(\d{1,20}):([0-9a-f]{64})$/.exec(entry);
-          if (!match) throw new UsageError("--ack and LANEWAY_ACKS take SEQUENCE:RECEIPT (64 lowercase hex characters)");
-          return { sequence: BigInt(match[1]!), receipt: match[2]! };
-        });
+        const acks = entries.map((entry) => sequenceReceipt(entry, "--ack and LANEWAY_ACKS take"));
         return { lane: i.arg("lane"), group: i.arg("group"), maxRecords: Number(i.uint("max", 64n)), wait: durationFromMs(i.durationMs("wait")), acks };
       },
     }),
@@ -287,11 +290,7 @@ export const lanesCommands: CommandGroup = {
         missing: { type: "string", multiple: true },
       },
       request(i) {
-        const expired = i.list("expired").map((entry) => {
-          const match = /^(\d{1,20}):([0-9a-f]{64})$/.exec(entry);
-          if (!match) throw new UsageError("--expired takes SEQUENCE:RECEIPT (64 lowercase hex characters)");
-          return { sequence: BigInt(match[1]!), receipt: match[2]! };
-        });
+        const expired = i.list("expired").map((entry) => sequenceReceipt(entry, "--expired takes"));
         const missing = i.list("missing").map((m) => {
           if (!/^\d{1,20}$/.test(m)) throw new UsageError("--missing must be a non-negative integer");
           return BigInt(m);

@@ -128,8 +128,8 @@ test("claim-batch --ack (or LANEWAY_ACKS) completes those deliveries first, in t
   expect(answer.ackResults).toHaveLength(1);
   expect(answer.ackResults[0]!.acked?.ackedAt).toBeDefined();
   expect(answer.work.map((w) => w.record.sequence)).toEqual([String(five!.sequence)]);
-  // Carrying an ack, the call answers at once even with nothing to lease (a wait of 50 s would outlast the test).
-  const last = await cli(["lanes", "claim-batch", "jobs", "workers", "--max", "1", "--wait", "50s", "--ack", `${answer.work[0]!.record.sequence}:${answer.work[0]!.receipt}`]);
+  // Carrying an ack, the call answers at once even with nothing to lease (the longest wait, 60 s, would outlast the test).
+  const last = await cli(["lanes", "claim-batch", "jobs", "workers", "--max", "1", "--wait", "60s", "--ack", `${answer.work[0]!.record.sequence}:${answer.work[0]!.receipt}`]);
   expect(last.code).toBe(0);
   expect(JSON.parse(last.stdout)).toEqual({ ackResults: [{ acked: { ackedAt: expect.any(String) } }] });
   const g = await inspectGroup(beacon, "jobs", "workers");
